@@ -1,0 +1,41 @@
+"""Shared test set-up: float64 JAX on the CPU, seeded generators, the shared data folder.
+
+The package itself never flips a global JAX flag; the test suite does (as NumPyro's own
+suite does) so that the float64 accuracy contract of DESIGN.md section 3 is what is tested.
+float32 behaviour is tested explicitly inside ``jax.enable_x64(False)`` blocks.
+"""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+#: ``../shared/data`` beside the project root (present in CI, absent on a user's machine).
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def shared_data_or_skip(*names: str) -> Path:
+    """Return the shared data folder, or skip the test saying which file is missing."""
+    for name in names:
+        if not (SHARED_DATA / name).exists():
+            pytest.skip(f"reproduction data {SHARED_DATA / name} is absent (needs ../shared/data)")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def rng():
+    """A NumPy generator with a fixed seed, new for every test."""
+    return np.random.default_rng(20140621)
+
+
+@pytest.fixture
+def rng_key():
+    """A JAX PRNG key with a fixed seed."""
+    return jax.random.key(0)
