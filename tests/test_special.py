@@ -1,0 +1,293 @@
+"""Tests of bayesvmf.special against 50-digit references and SciPy.
+
+The reference table ``tests/data/special_table.csv`` is written by
+``tests/data/make_special_table.py`` by quadrature of the definition at 45-55 digits; it
+shares no formula with the code under test.
+"""
+
+import csv
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import mpmath as mp
+import numpy as np
+import pytest
+import scipy.special as sc
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bayesvmf import special
+
+TABLE = Path(__file__).parent / "data" / "special_table.csv"
+
+# DESIGN.md section 3: relative 1e-12 for log C_d and A_d in float64. For the logs the
+# relative error is taken against max(1, |value|): where log C crosses zero a relative error
+# is undefined, and an absolute 1e-12 there is a relative 1e-12 on the density itself.
+RTOL = 1e-12
+# The gradient contract of the issue: jax.grad(log C_d) = -A_d to relative 1e-10.
+GRAD_RTOL = 1e-10
+
+
+def _load_table():
+    with TABLE.open() as f:
+        rows = list(csv.DictReader(f))
+    d = np.array([float(r["d"]) for r in rows])
+    kappa = np.array([float(r["kappa"]) for r in rows])
+    with mp.workdps(40):
+        log_c = [mp.mpf(r["log_normalizer"]) for r in rows]
+        a = [mp.mpf(r["mean_resultant_length"]) for r in rows]
+        one_minus = [mp.mpf(r["one_minus"]) for r in rows]
+        # log I_nu(kappa) = nu log kappa - (nu + 1) log 2 pi - log C_d(kappa), at 40 digits
+        log_iv = [
+            (mp.mpf(di) / 2 - 1) * mp.log(ki) - mp.mpf(di) / 2 * mp.log(2 * mp.pi) - lc
+            if ki > 0
+            else mp.mpf(0)
+            if di == 2
+            else -mp.inf
+            for di, ki, lc in zip(d, kappa, log_c, strict=True)
+        ]
+    as_float = [np.array([float(v) for v in col]) for col in (log_c, a, one_minus, log_iv)]
+    return d, kappa, *as_float
+
+
+D, KAPPA, LOG_C, A, ONE_MINUS, LOG_IV = _load_table()
+
+
+def _log_error(got, ref):
+    return np.abs(got - ref) / np.maximum(1.0, np.abs(ref))
+
+
+def _rel_error(got, ref):
+    return np.abs(got - ref) / np.abs(ref)
+
+
+def test_table_covers_the_contract_range():
+    assert D.min() == 2 and D.max() == 1e5
+    assert KAPPA.min() == 0 and KAPPA.max() == 1e7
+    # both sides of the branch boundaries (order 20 <=> d = 42, series up to kappa = 30)
+    assert {41.0, 42.0, 43.0} <= set(D)
+    assert {29.9, 30.1} <= set(KAPPA)
+
+
+def test_log_vmf_normalizer_against_table():
+    got = np.asarray(special.log_vmf_normalizer(D, KAPPA))
+    err = _log_error(got, LOG_C)
+    worst = np.argmax(err)
+    assert err.max() <= RTOL, f"worst at d={D[worst]}, kappa={KAPPA[worst]}: {err.max():.2e}"
+
+
+def test_mean_resultant_length_against_table():
+    got = np.asarray(special.mean_resultant_length(D, KAPPA))
+    positive = KAPPA > 0
+    err = _rel_error(got[positive], A[positive])
+    worst = np.argmax(err)
+    assert err.max() <= RTOL, f"worst at row {worst}: {err.max():.2e}"
+    assert np.all(got[~positive] == 0.0)
+
+
+def test_one_minus_mean_resultant_length_against_table():
+    got = np.asarray(special.one_minus_mean_resultant_length(D, KAPPA))
+    err = _rel_error(got, ONE_MINUS)
+    assert err.max() <= RTOL, f"{err.max():.2e} at d={D[np.argmax(err)]}"
+    # the point of the function: where kappa >> d, 1 - A is far below float64 epsilon of 1
+    assert ONE_MINUS.min() < 1e-7
+
+
+def test_log_bessel_iv_against_table():
+    nu = D / 2 - 1
+    got = np.asarray(special.log_bessel_iv(nu, KAPPA))
+    finite = np.isfinite(LOG_IV)
+    err = _log_error(got[finite], LOG_IV[finite])
+    assert err.max() <= RTOL, f"{err.max():.2e}"
+    assert np.all(got[~finite] == -np.inf)
+
+
+@pytest.mark.parametrize("d", [2, 3, 10, 41, 42, 44, 1000, 100_000])
+def test_static_dimension_matches_table(d):
+    """A Python-int d takes the single-branch path; it must agree with the table too."""
+    rows = D == d
+    kappa = KAPPA[rows]
+    assert _log_error(np.asarray(special.log_vmf_normalizer(d, kappa)), LOG_C[rows]).max() <= RTOL
+    a = np.asarray(special.mean_resultant_length(d, kappa))
+    assert _rel_error(a[kappa > 0], A[rows][kappa > 0]).max() <= RTOL
+    q = np.asarray(special.one_minus_mean_resultant_length(d, kappa))
+    assert _rel_error(q, ONE_MINUS[rows]).max() <= RTOL
+
+
+def test_kappa_zero_is_exactly_uniform():
+    for d in (2, 3, 7, 42, 1000, 100_000):
+        value = special.log_vmf_normalizer(d, 0.0)
+        assert value == -special.log_sphere_area(d)
+        with mp.workdps(30):
+            exact = -(mp.log(2) + mp.mpf(d) / 2 * mp.log(mp.pi) - mp.loggamma(mp.mpf(d) / 2))
+        assert abs(float(value) - float(exact)) <= RTOL * max(1.0, abs(float(exact)))
+
+
+def test_log_bessel_iv_against_scipy_grid():
+    nu = np.array([0.0, 0.5, 1.0, 4.5, 19.5, 20.0, 50.0, 499.0, 1200.0])[:, None]
+    x = np.array([1e-8, 1e-3, 0.5, 1.0, 10.0, 29.9, 30.1, 100.0, 700.0, 5e3, 1e5])[None, :]
+    ive = sc.ive(nu, x)
+    usable = (ive > 1e-290) & np.isfinite(ive)  # where scipy neither under- nor overflows
+    ref = np.log(np.where(usable, ive, 1.0)) + x
+    got = np.asarray(special.log_bessel_iv(nu, x))
+    # scipy's ive is itself accurate to a few ulp (Amos' algorithm), not to 1e-15
+    assert _log_error(got[usable], ref[usable]).max() <= 1e-13
+    assert np.isfinite(got).all()
+
+
+def test_gradient_of_log_normalizer_is_minus_a():
+    grad = jax.vmap(jax.grad(special.log_vmf_normalizer, argnums=1))(D, KAPPA)
+    positive = KAPPA > 0
+    assert _rel_error(-np.asarray(grad)[positive], A[positive]).max() <= GRAD_RTOL
+    assert np.all(np.asarray(grad)[~positive] == 0.0)
+
+
+def test_gradient_of_log_normalizer_static_d_small_kappa():
+    """kappa << d is where the naive formula (nu/kappa - I'_nu/I_nu) loses 7 digits."""
+    grad = jax.grad(lambda k: special.log_vmf_normalizer(100_000, k))(1e-3)
+    rows = (D == 1e5) & (KAPPA == 1e-4)
+    assert rows.any()
+    grad_table = jax.grad(lambda k: special.log_vmf_normalizer(100_000, k))(1e-4)
+    assert _rel_error(-float(grad_table), A[rows][0]) <= GRAD_RTOL
+    # A_d(kappa) ~ kappa / d for kappa << d
+    assert np.isclose(-float(grad), 1e-3 / 1e5, rtol=1e-6)
+
+
+def test_gradient_of_log_bessel_iv():
+    nu, x = 3.5, 2.0
+    grad = float(jax.grad(special.log_bessel_iv, argnums=1)(nu, x))
+    # d/dx log I_nu = I_{nu+1}/I_nu + nu/x, at 30 digits
+    with mp.workdps(30):
+        ref = mp.besseli(nu + 1, x) / mp.besseli(nu, x) + mp.mpf(nu) / x
+    assert abs(grad - float(ref)) <= 1e-14 * float(ref)
+    assert float(jax.grad(special.log_bessel_iv, argnums=1)(0.0, 0.0)) == 0.0
+
+
+def test_gradient_of_mean_resultant_length():
+    """A_d'(kappa) = 1 - A^2 - (d - 1) A / kappa, evaluated at 40 digits from the table."""
+    rows = (KAPPA > 0) & (KAPPA <= 1e5)
+    d, kappa = D[rows], KAPPA[rows]
+    grad = np.asarray(jax.vmap(jax.grad(special.mean_resultant_length, argnums=1))(d, kappa))
+    with TABLE.open() as f:
+        a_exact = {
+            (float(r["d"]), float(r["kappa"])): r["mean_resultant_length"]
+            for r in csv.DictReader(f)
+        }
+    with mp.workdps(40):
+        ref = []
+        for di, ki in zip(d, kappa, strict=True):
+            a = mp.mpf(a_exact[(di, ki)])
+            ref.append(float(1 - a * a - (di - 1) * a / mp.mpf(ki)))
+    # autodiff through the stable formulas; relative 1e-9 (A' is itself a difference of
+    # terms for kappa >> d, which costs a few digits in any formula)
+    assert _rel_error(grad, np.array(ref)).max() <= 1e-9
+
+
+def test_derivative_in_dimension_is_refused():
+    with pytest.raises(NotImplementedError, match="dimension d"):
+        jax.grad(special.log_vmf_normalizer, argnums=0)(3.0, 1.0)
+    with pytest.raises(NotImplementedError, match="order nu"):
+        jax.grad(special.log_bessel_iv, argnums=0)(1.0, 1.0)
+
+
+@pytest.mark.parametrize("d", [2, 3, 10, 42, 1000, 100_000])
+def test_kappa_from_rbar_round_trip(d):
+    rows = (D == d) & (KAPPA > 0)
+    kappa_ref, rbar = KAPPA[rows], A[rows]
+    kappa = np.asarray(special.kappa_from_rbar(d, rbar))
+    # full precision in the residual, on both A and 1 - A
+    a = np.asarray(special.mean_resultant_length(d, kappa))
+    q = np.asarray(special.one_minus_mean_resultant_length(d, kappa))
+    assert _rel_error(a, rbar).max() <= 1e-14
+    upper = rbar > 0.5
+    assert _rel_error(q[upper], ONE_MINUS[rows][upper]).max() <= 1e-9  # rbar rounded to 1e-16
+    # kappa itself to the accuracy the conditioning of A allows: dkappa/kappa = cond * drbar/rbar
+    # with drbar/rbar <= 2 ulp (the table's rbar rounded to float64, A's own error), plus the
+    # rounding of exp(log kappa) in the log-scale Newton steps, |log kappa| eps <= 18 * 1.1e-16.
+    slope = np.asarray(jax.vmap(jax.grad(lambda k: special.mean_resultant_length(d, k)))(kappa))
+    condition = rbar / (kappa_ref * slope)
+    bound = 4.5e-16 * np.maximum(condition, 1.0) + 2e-15 * np.maximum(
+        1.0, np.abs(np.log(kappa_ref))
+    )
+    assert np.all(_rel_error(kappa, kappa_ref) <= bound)
+
+
+def test_kappa_from_rbar_clipping():
+    assert float(special.kappa_from_rbar(5, 0.0)) == 0.0
+    assert float(special.kappa_from_rbar(5, -0.2)) == 0.0
+    at_one = float(special.kappa_from_rbar(5, 1.0))
+    assert np.isfinite(at_one) and at_one > 1e15
+    assert float(special.kappa_from_rbar(5, 1.0, kappa_max=1e6)) == 1e6
+    assert float(special.kappa_from_rbar(5, 0.999, kappa_max=1e6)) < 1e6
+
+
+def test_kappa_from_rbar_gradient_is_implicit():
+    d, rbar = 50, 0.7
+    grad = float(jax.grad(lambda r: special.kappa_from_rbar(d, r))(rbar))
+    kappa = special.kappa_from_rbar(d, rbar)
+    slope = float(jax.grad(lambda k: special.mean_resultant_length(d, k))(kappa))
+    assert np.isclose(grad, 1.0 / slope, rtol=1e-13)
+    h = 1e-6  # central difference, error O(h^2) ~ 1e-12 relative
+    fd = (special.kappa_from_rbar(d, rbar + h) - special.kappa_from_rbar(d, rbar - h)) / (2 * h)
+    assert np.isclose(grad, float(fd), rtol=1e-7)
+
+
+def test_banerjee_is_a_close_start():
+    for d in (3, 100, 10_000):
+        rows = (D == d) & (KAPPA > 0)
+        start = np.asarray(special.banerjee_kappa(d, A[rows]))
+        assert _rel_error(start, KAPPA[rows]).max() < 0.1
+
+
+def test_jit_vmap_and_traced_dimension_agree():
+    kappa = np.array([0.0, 0.5, 31.0, 1e4])
+    eager = np.asarray(special.log_vmf_normalizer(7, kappa))
+    jitted = np.asarray(jax.jit(lambda k: special.log_vmf_normalizer(7, k))(kappa))
+    traced_d = np.asarray(jax.jit(special.log_vmf_normalizer)(jnp.full(4, 7.0), kappa))
+    mapped = np.asarray(jax.vmap(lambda k: special.log_vmf_normalizer(7, k))(kappa))
+    np.testing.assert_allclose(jitted, eager, rtol=1e-15)
+    np.testing.assert_allclose(mapped, eager, rtol=1e-15)
+    np.testing.assert_allclose(traced_d, eager, rtol=1e-15)
+
+
+def test_float32():
+    """float32 stays finite on the whole table; the documented error bounds hold."""
+    with jax.enable_x64(False):
+        kappa32 = jnp.asarray(KAPPA, dtype=jnp.float32)
+        d32 = jnp.asarray(D, dtype=jnp.float32)
+        log_c32 = special.log_vmf_normalizer(d32, kappa32)
+        assert log_c32.dtype == jnp.float32
+        log_c = np.asarray(log_c32, dtype=np.float64)
+        a = np.asarray(special.mean_resultant_length(d32, kappa32), dtype=np.float64)
+        q = np.asarray(special.one_minus_mean_resultant_length(d32, kappa32), dtype=np.float64)
+        kappa = np.asarray(special.kappa_from_rbar(d32, jnp.asarray(A, jnp.float32)))
+        assert kappa.dtype == np.float32
+    assert np.isfinite(log_c).all() and np.isfinite(a).all() and np.isfinite(q).all()
+    assert np.isfinite(kappa).all()
+    # log C is assembled from terms of size nu log nu: where the result is ~1 (d ~ 40,
+    # kappa ~ d) the terms are ~60 and float32 rounding (6e-8) leaves ~4e-6 absolute.
+    assert _log_error(log_c, LOG_C).max() <= 5e-6
+    positive = KAPPA > 0
+    assert _rel_error(a[positive], A[positive]).max() <= 1e-5
+    # 1 - A for small d at large kappa: the 20 recurrence steps amplify float32 rounding by
+    # up to sum_v (v + 1/2) / (nu + 1/2) ~ 400 (4e-14 in float64, as the table test shows)
+    assert _rel_error(q, ONE_MINUS).max() <= 1e-4
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    d=st.integers(min_value=2, max_value=100_000),
+    kappa=st.floats(min_value=0.0, max_value=1e7, allow_nan=False),
+)
+def test_properties(d, kappa):
+    a = float(special.mean_resultant_length(d, kappa))
+    q = float(special.one_minus_mean_resultant_length(d, kappa))
+    log_c = float(special.log_vmf_normalizer(d, kappa))
+    assert 0.0 <= a < 1.0 and 0.0 < q <= 1.0
+    assert abs(a + q - 1.0) <= 4e-16
+    assert np.isfinite(log_c)
+    # monotone: A increases and log C decreases with kappa
+    bigger = kappa * 1.01 + 1e-3
+    assert float(special.mean_resultant_length(d, bigger)) >= a
+    assert float(special.log_vmf_normalizer(d, bigger)) <= log_c
