@@ -151,7 +151,7 @@ def _poly_integral(a):
 
 
 def _divide_by_one_minus_t2(p):
-    """Exact quotient q of p(t) = (1 - t^2) q(t); asserts the remainder is zero."""
+    """Return the exact quotient q of p(t) = (1 - t^2) q(t); raise if it leaves a remainder."""
     q = [Fraction(0)] * max(len(p) - 2, 1)
     for i in range(len(q)):
         q[i] = p[i] + (q[i - 2] if i >= 2 else 0)
