@@ -327,14 +327,14 @@ _BRANCHES = ("debye", "small", "both")
 
 
 def _select(branch, nu, debye, small):
-    """Evaluate debye(nu) and/or small(nu) as the branch set requires."""
+    """Evaluate debye(nu) and/or small(nu) (arrays or tuples of arrays) as the branch needs."""
     if branch == "debye":
         return debye(nu)
     if branch == "small":
         return small(nu)
     use_debye = nu >= DEBYE_MIN_ORDER
-    return jnp.where(
-        use_debye,
+    return jax.tree.map(
+        lambda a, b: jnp.where(use_debye, a, b),
         debye(jnp.where(use_debye, nu, DEBYE_MIN_ORDER)),
         small(jnp.where(use_debye, 0.0, nu)),
     )
@@ -342,9 +342,7 @@ def _select(branch, nu, debye, small):
 
 def _ratio_pair(branch, nu, x):
     """Return (A, 1 - A) with A = I_{nu+1}(x)/I_nu(x)."""
-    ratio = _select(branch, nu, lambda n: _debye(n, x)[1], lambda n: _recurrence(n, x)[0])
-    one_minus = _select(branch, nu, lambda n: _debye(n, x)[2], lambda n: _recurrence(n, x)[1])
-    return ratio, one_minus
+    return _select(branch, nu, lambda n: _debye(n, x)[1:3], lambda n: _recurrence(n, x)[:2])
 
 
 def _make_log_bessel_iv(branch):
@@ -588,7 +586,7 @@ def banerjee_kappa(d, rbar):
 
 #: Newton steps on the log scale after the Banerjee start (quadratic convergence: 2-3 are
 #: enough from the start's few-percent error; the rest make every regime safe).
-KAPPA_NEWTON_STEPS = 6
+KAPPA_NEWTON_STEPS = 8
 
 
 def _make_kappa_from_rbar(branch):
@@ -606,16 +604,19 @@ def _make_kappa_from_rbar(branch):
 
         def body(_, log_kappa):
             kappa = jnp.exp(log_kappa)
-            (ratio, one_minus_ratio), (slope, _) = jax.jvp(
-                lambda k: _ratio_pair(branch, nu, k), (kappa,), (jnp.ones_like(kappa),)
-            )
+            ratio, one_minus_ratio = _ratio_pair(branch, nu, kappa)
             residual = jnp.where(
                 upper,
                 jnp.log(one_minus_rbar) - jnp.log(one_minus_ratio),
                 jnp.log(ratio) - jnp.log(rbar_clipped),
             )
-            derivative = kappa * slope / jnp.where(upper, one_minus_ratio, ratio)
-            step = residual / jnp.maximum(derivative, tiny)
+            # A'(kappa) = 1 - A^2 - (d - 1) A / kappa = (1 - A)(1 + A) - (d - 1) A / kappa.
+            # For kappa >> d its two terms cancel to a relative error ~ eps kappa / d: harmless
+            # here, since only the residual sets the precision of the root; the log-slope is
+            # kept inside its true range (0, ~1.5] so that a poor slope only slows a step.
+            slope = one_minus_ratio * (1.0 + ratio) - (d - 1.0) * ratio / kappa
+            log_slope = kappa * slope / jnp.where(upper, one_minus_ratio, ratio)
+            step = residual / jnp.clip(log_slope, 0.05, 2.0)
             # the clip only guards the first step of a poor start; it never binds near the root
             return log_kappa - jnp.clip(step, -2.0, 2.0)
 
