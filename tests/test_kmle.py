@@ -1,0 +1,574 @@
+"""Tests of models/kmle.py: Wishart family, Algorithm 1, k-MLE (Algorithm 2), DP-k-MLE++
+(Algorithm 3), the Cauchy-Schwarz divergence and the retrieval helper.
+
+Compilation dominates the run time of this file, so the tests share compiled programs on
+purpose: k-MLE pads its state to bucketed (rows, components) sizes and every default-suite
+fit uses the 300-matrix set below (padded to 320 rows and 4 components, whatever K <= 4 is),
+Algorithm 1 compiles once per d (all its tests use d = 3), and element-wise special functions
+are jitted once instead of dispatched op by op.
+"""
+
+import copy
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+import pytest
+import scipy.optimize
+import scipy.special
+import scipy.stats
+from bayesvmf.models import kmle
+from bayesvmf.models.kmle import KMLEMixture, cauchy_schwarz_divergence
+from conftest import shared_data_or_skip
+from sklearn.metrics import adjusted_rand_score
+
+from bayesvmf import ConvergenceWarning
+
+D = 3
+SCALES = [
+    np.eye(D),
+    np.diag([6.0, 1.0, 0.2]),
+    np.array([[3.0, 2.5, 0.0], [2.5, 3.0, 0.0], [0.0, 0.0, 3.0]]),
+]
+
+
+def random_spd(rng, d, n=None):
+    shape = (d, d) if n is None else (n, d, d)
+    a = rng.normal(size=shape)
+    return a @ np.swapaxes(a, -1, -2) + d * np.eye(d)
+
+
+@pytest.fixture(scope="module")
+def three_clusters():
+    """300 3x3 Wishart matrices, dof 15, three distinct scales, 100 each."""
+    rng = np.random.default_rng(7)
+    X = np.concatenate([scipy.stats.wishart(15, S).rvs(100, random_state=rng) for S in SCALES])
+    return X, np.repeat(np.arange(3), 100)
+
+
+@pytest.fixture(scope="module")
+def fitted3(three_clusters):
+    X, _ = three_clusters
+    return KMLEMixture(n_components=3, random_state=1).fit(X)
+
+
+# ----------------------------------------------------------------------------- special pieces
+
+
+def test_digamma_matches_scipy():
+    x = np.concatenate([np.geomspace(1e-12, 1e8, 200), np.linspace(0.5, 3, 51)])
+    got = np.asarray(jax.jit(kmle._digamma)(jnp.asarray(x)))
+    # absolute-or-relative 4 ulp-ish: the asymptotic tail is below 1e-15 relative
+    np.testing.assert_allclose(got, scipy.special.digamma(x), rtol=2e-15, atol=2e-15)
+
+
+def test_trigamma_matches_scipy():
+    x = np.geomspace(1e-10, 1e6, 200)
+    got = np.asarray(jax.jit(kmle._trigamma)(jnp.asarray(x)))
+    # documented absolute error < 1e-10 (it only steers Newton steps)
+    np.testing.assert_allclose(got, scipy.special.polygamma(1, x), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("d", [1, 3, 12])
+def test_inverse_multivariate_digamma_round_trip(d):
+    x = (d - 1) / 2 + np.geomspace(1e-6, 1e6, 25)
+    y = sum(scipy.special.digamma(x - j / 2) for j in range(d))
+    np.testing.assert_allclose(kmle.multivariate_digamma(jnp.asarray(x), d), y, rtol=1e-13)
+    got = np.asarray(kmle.inverse_multivariate_digamma(jnp.asarray(y), d))
+    # Psi_d is well conditioned except near the pole, where relative error of x - (d-1)/2 counts
+    np.testing.assert_allclose(got - (d - 1) / 2, x - (d - 1) / 2, rtol=1e-9)
+
+
+# ------------------------------------------------------------------- Wishart exponential family
+
+
+@pytest.mark.parametrize("d,dof", [(1, 1.5), (5, 40.0)])
+def test_wishart_log_prob_matches_scipy_and_numpyro(rng, d, dof):
+    scale = random_spd(rng, d)
+    X = scipy.stats.wishart(dof, scale).rvs(6, random_state=rng).reshape(6, d, d)
+    theta_n, theta_s = kmle.wishart_natural_params(dof, scale)
+    got = np.asarray(kmle.wishart_log_prob(X, theta_n, theta_s))
+    np.testing.assert_allclose(
+        got, scipy.stats.wishart(dof, scale).logpdf(np.moveaxis(X, 0, -1)), rtol=1e-11
+    )
+    ref = jax.jit(lambda x, t: dist.Wishart(dof, rate_matrix=t).log_prob(x))(
+        jnp.asarray(X), theta_s
+    )
+    np.testing.assert_allclose(got, np.asarray(ref), rtol=1e-11)
+
+
+def test_natural_params_and_log_normalizer(rng):
+    d, dof = 4, 9.0
+    scale = random_spd(rng, d)
+    theta_n, theta_s = kmle.wishart_natural_params(dof, scale)
+    assert float(theta_n) == (dof - d - 1) / 2
+    np.testing.assert_allclose(np.asarray(theta_s) @ scale, np.eye(d), atol=1e-12)
+    # F(theta) = (n/2) log|2S| + log Gamma_d(n/2)  (eq. 1)
+    expected = dof / 2 * np.linalg.slogdet(2 * scale)[1] + scipy.special.multigammaln(dof / 2, d)
+    np.testing.assert_allclose(kmle.wishart_log_normalizer(theta_n, theta_s), expected, rtol=1e-13)
+    log_det, minus_half = kmle.wishart_sufficient_stats(scale)
+    np.testing.assert_allclose(log_det, np.linalg.slogdet(scale)[1], rtol=1e-13)
+    np.testing.assert_array_equal(minus_half, -scale / 2)
+
+
+def _numerical_wishart_mle(X):
+    """Maximise the mean scipy log-likelihood over (log(n - d + 1), Cholesky of S)."""
+    d = X.shape[-1]
+    tril = np.tril_indices(d)
+    log_det = np.linalg.slogdet(X)[1]
+
+    def unpack(z):
+        L = np.zeros((d, d))
+        L[tril] = z[1:]
+        return d - 1 + np.exp(z[0]), L @ L.T
+
+    def nll(z):  # the density written out directly, independent of kmle
+        dof, scale = unpack(z)
+        trace = np.einsum("ij,nji->n", np.linalg.inv(scale), X)
+        ll = (dof - d - 1) / 2 * log_det - trace / 2 - dof * d / 2 * np.log(2)
+        ll -= dof / 2 * np.linalg.slogdet(scale)[1] + scipy.special.multigammaln(dof / 2, d)
+        return -np.mean(ll)
+
+    L0 = np.linalg.cholesky(X.mean(0) / d)
+    z0 = np.concatenate([[np.log(2.0)], L0[tril]])
+    res = scipy.optimize.minimize(nll, z0, method="BFGS", options={"gtol": 1e-9, "maxiter": 5000})
+    return unpack(res.x), res.fun
+
+
+def test_wishart_mle_algorithm1_matches_numerical_maximum(rng):
+    d = 3
+    scale_true = random_spd(rng, d)
+    X = scipy.stats.wishart(6.5, scale_true).rvs(150, random_state=rng)
+    dof, scale, n_iter = kmle.wishart_mle(X)
+    assert n_iter > 1
+    (dof_num, scale_num), nll_num = _numerical_wishart_mle(X)
+    nll_alg = -np.mean(scipy.stats.wishart(dof, scale).logpdf(np.moveaxis(X, 0, -1)))
+    # Algorithm 1's likelihood is not worse than BFGS's optimum (beyond BFGS's tolerance)
+    # and the optima agree to BFGS's accuracy (gtol 1e-9 on a flat optimum: ~1e-4).
+    assert nll_alg <= nll_num + 1e-8
+    np.testing.assert_allclose(dof, dof_num, rtol=1e-4)
+    np.testing.assert_allclose(scale, scale_num, rtol=1e-4, atol=1e-6)
+    # The direct fixed-point solve used by k-MLE agrees with the alternation. Algorithm 1
+    # stops when the likelihood changes by < 1e-13 relative; near a quadratic maximum that
+    # leaves the parameters accurate to ~sqrt(1e-13) ~ 3e-7 relative, hence rtol 1e-5.
+    log_det = np.linalg.slogdet(X)[1]
+    p = kmle.wishart_mle_from_stats(np.array([len(X) * 1.0]), log_det.sum()[None], X.sum(0)[None])
+    np.testing.assert_allclose(p.dof[0], dof, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(p.theta_s[0]) @ scale, np.eye(d), atol=1e-5)
+
+
+def test_wishart_mle_warns_when_not_converged(rng):
+    # d = 3 like the test above: Algorithm 1 compiles once per d, not per N or max_iter
+    X = scipy.stats.wishart(50, np.eye(3)).rvs(50, random_state=rng)
+    with pytest.warns(ConvergenceWarning, match="max_iter=2 alternations"):
+        kmle.wishart_mle(X, max_iter=2)
+
+
+# ------------------------------------------------------------------------------ k-MLE (Alg. 2)
+
+
+def test_recovers_three_wishart_clusters(three_clusters, fitted3):
+    X, y = three_clusters
+    model = fitted3
+    assert model.n_components_ == 3
+    assert adjusted_rand_score(y, model.labels_) >= 0.95
+    np.testing.assert_allclose(model.weights_.sum(), 1.0)
+    np.testing.assert_allclose(model.dof_, 15.0, rtol=0.2)  # 100 draws each
+    # fitted scales match the true ones (matched through the majority label)
+    # fitted scales match the true ones (matched through the majority label), within 4
+    # standard errors of the mean of 100 Wishart(15) draws / 15: Var = (S_ij^2 + S_ii S_jj) / 1500
+    # (dof_k * scale_k is the cluster mean of X, E X = 15 S; Var of a mean of 100 draws
+    # is 15 (S_ij^2 + S_ii S_jj) / 100); a few misassigned points add to it, hence 5 se)
+    for k in range(3):
+        S = SCALES[np.bincount(y[model.labels_ == k]).argmax()]
+        se = np.sqrt(15 * (S**2 + np.outer(np.diag(S), np.diag(S))) / 100)
+        assert np.all(np.abs(model.dof_[k] * model.scale_[k] - 15 * S) <= 5 * se)
+
+
+def test_objective_is_monotone_over_iterations(fitted3):
+    bounds = np.asarray(fitted3.lower_bounds_)
+    assert len(bounds) >= 2 and fitted3.converged_
+    assert np.all(np.diff(bounds) >= -1e-12 * np.abs(bounds[:-1]))
+
+
+def _stats(X):
+    log_det = np.linalg.slogdet(X)[1]
+    return (jnp.asarray(np.concatenate([log_det[:, None], X.reshape(len(X), -1)], 1)),)
+
+
+def test_bucketed_sizes():
+    assert [kmle._bucket(n, 16) for n in (1, 16, 17, 40, 60, 100, 300, 10_000)] == [
+        16,
+        16,
+        20,
+        40,
+        64,
+        112,
+        320,
+        10_240,
+    ]
+    assert [kmle._bucket(k, 4) for k in (1, 3, 4, 5, 8, 9)] == [4, 4, 4, 5, 8, 10]
+
+
+def test_fits_of_nearby_sizes_reuse_the_compiled_programs(three_clusters, fitted3):
+    """290 or 300 matrices, K = 2 or 3: the same padded shape (320, 4), no recompilation."""
+    X, _ = three_clusters
+    jitted = (kmle._init_state, kmle._hartigan_sweep, kmle._set_weights)
+    before = [f._cache_size() for f in jitted]
+    model = KMLEMixture(n_components=2, random_state=0).fit(X[:290])
+    assert model.labels_.shape == (290,) and model.n_components_ == 2
+    assert [f._cache_size() for f in jitted] == before
+
+
+def test_objective_never_decreases_after_any_single_transfer(three_clusters):
+    X, _ = three_clusters
+    n = len(X)
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 3, size=n)
+    cap, tol = jnp.asarray(1e6), jnp.asarray(1e-9)
+    # the padded start used by fit (rows 300 -> 320, components 3 -> 4)
+    data, state = kmle._start(kmle.WISHART, _stats(X), labels, 3, cap)
+    n_pad = state.labels.shape[0]
+    values = [float(kmle._complete_log_likelihood(state))]
+    for _ in range(40):
+        perms = kmle._visit_orders(rng, n, n_pad)
+        state, info = kmle._hartigan_sweep(kmle.WISHART, state, data, perms, cap, tol, jnp.int32(1))
+        values.append(float(kmle._complete_log_likelihood(state)))
+        # the carried statistics equal those recomputed from the labels
+        _, fresh = kmle._start(kmle.WISHART, _stats(X), np.asarray(state.labels)[:n], 3, cap)
+        np.testing.assert_allclose(state.agg, fresh.agg, rtol=1e-12)
+        np.testing.assert_allclose(state.params.dof[:3], fresh.params.dof[:3], rtol=1e-9)
+        # padding never moves and the unused component never receives a point
+        assert np.all(np.asarray(state.labels)[n:] == 0) and int(state.counts[3]) == 0
+        assert int(np.sum(state.counts)) == n
+    values = np.asarray(values)
+    assert np.sum(np.diff(values) > 0) >= 30  # transfers happened and each one helped
+    assert np.all(np.diff(values) >= -1e-12 * np.abs(values[:-1]))
+
+
+def test_singleton_is_never_emptied(three_clusters):
+    X, _ = three_clusters
+    # cluster 2 is a singleton holding a point of the first scale: it would move if allowed
+    labels = np.repeat(np.arange(3), 100)
+    labels[200:] = 1
+    labels[0] = 2
+    # with dof capped near the data's 15 the singleton's own density stays moderate
+    cap, tol = jnp.asarray(16.0), jnp.asarray(1e-9)
+    data, state = kmle._start(kmle.WISHART, _stats(X), labels, 3, cap)
+    score = np.asarray(state.log_lik[0] + state.log_weights)
+    assert score.argmax() != 2  # it prefers another cluster...
+    perms = jnp.asarray(np.tile(np.arange(state.labels.shape[0]), (8, 1)))
+    state, _ = kmle._hartigan_sweep(kmle.WISHART, state, data, perms, cap, tol, jnp.int32(10**6))
+    assert int(state.labels[0]) == 2  # ...but line 11 keeps it
+    assert np.all(np.asarray(state.counts)[:3] >= 1)
+
+
+def test_one_component_is_the_closed_form_mle(three_clusters):
+    X = three_clusters[0]  # all 300 matrices: one Wishart fitted to the whole sample
+    model = KMLEMixture(n_components=1, random_state=0).fit(X)
+    dof, scale, _ = kmle.wishart_mle(X)
+    # rtol 1e-5: Algorithm 1 stops on a 1e-13 likelihood change (see the test above)
+    np.testing.assert_allclose(model.dof_[0], dof, rtol=1e-5)
+    np.testing.assert_allclose(model.scale_[0], scale, rtol=1e-5)
+    assert model.weights_.tolist() == [1.0]
+
+
+def test_same_seed_same_result_and_predict_agrees(three_clusters, fitted3):
+    X, _ = three_clusters
+    again = KMLEMixture(n_components=3, random_state=1).fit(X)
+    np.testing.assert_array_equal(again.labels_, fitted3.labels_)
+    np.testing.assert_array_equal(again.dof_, fitted3.dof_)
+    np.testing.assert_array_equal(again.scale_, fitted3.scale_)
+    # at convergence no point of a non-singleton cluster has an improving move
+    np.testing.assert_array_equal(fitted3.predict(X), fitted3.labels_)
+    proba = fitted3.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_score_samples_matches_numpyro_mixture(three_clusters, fitted3):
+    X = three_clusters[0][::7]
+    mixture = fitted3.to_numpyro()
+    ref = np.asarray(jax.jit(mixture.log_prob)(jnp.asarray(X)))
+    np.testing.assert_allclose(fitted3.score_samples(X), ref, rtol=1e-10)
+    assert fitted3.score(X) == pytest.approx(ref.mean(), rel=1e-10)
+
+
+def test_convergence_warning_with_max_iter_1(three_clusters):
+    X, _ = three_clusters
+    with pytest.warns(ConvergenceWarning, match="max_iter=1 weight updates"):
+        model = KMLEMixture(n_components=3, max_iter=1, random_state=5).fit(X)
+    assert not model.converged_ and model.n_iter_ == 1
+
+
+# --------------------------------------------------------------------------- DP-k-MLE++ (Alg. 3)
+
+
+def _seed_divergence(X):
+    X, log_det = kmle._check_spd_matrices(X)
+    stats = np.concatenate([log_det[:, None], X.reshape(len(X), -1)], 1)
+    return partial(kmle._wishart_seed_divergence, stats)
+
+
+def test_seed_divergence_is_burg_divergence(rng):
+    X = random_spd(rng, 3, n=5)
+    div = _seed_divergence(X)(2)
+    for i in range(5):
+        M = np.linalg.solve(X[2], X[i])
+        np.testing.assert_allclose(div[i], np.trace(M) - np.linalg.slogdet(M)[1] - 3, atol=1e-12)
+    assert div[2] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_lam_one_gives_one_cluster(three_clusters):
+    X, _ = three_clusters
+    seeds, labels = kmle.dp_kmle_pp(_seed_divergence(X), len(X), np.random.default_rng(0), lam=1.0)
+    assert len(seeds) == 1 and np.all(labels == 0)
+
+
+def test_kmle_pp_seeds_are_distinct_and_first_assignment_is_nearest(three_clusters):
+    X, _ = three_clusters
+    div = _seed_divergence(X)
+    seeds, labels = kmle.dp_kmle_pp(div, len(X), np.random.default_rng(0), n_components=6)
+    assert len(set(seeds.tolist())) == 6
+    D = np.stack([div(s) for s in seeds], 1)
+    np.testing.assert_array_equal(labels, D.argmin(1))
+
+
+def test_dp_kmle_pp_finds_the_number_of_clusters():
+    """Three separated clusters of unequal sizes (150, 40, 10), lam = 0.02, 40 seeds.
+
+    The share rule of Algorithm 3 finds K only when the missing clusters carry more loss
+    per point than the worst point of the found ones (benchmarks/results/kmle.md); here it
+    does for about half the seeds (17-22 of 40 over five data sets), and K = 3 is the most
+    frequent outcome.
+    """
+    rng = np.random.default_rng(0)
+    scales = [np.eye(3), 30 * np.eye(3), 900 * np.eye(3)]
+    X = np.concatenate(
+        [scipy.stats.wishart(30, S).rvs(n, random_state=rng) for S, n in zip(scales, (150, 40, 10))]
+    )
+    y = np.repeat(np.arange(3), (150, 40, 10))
+    div = _seed_divergence(X)
+    runs = [kmle.dp_kmle_pp(div, len(X), np.random.default_rng(s), lam=0.02) for s in range(40)]
+    ks = [len(seeds) for seeds, _ in runs]
+    assert np.bincount(ks).argmax() == 3
+    assert ks.count(3) >= 15
+    # when K = 3 is found, the seeds lie in the three different clusters
+    for seeds, _ in runs:
+        if len(seeds) == 3:
+            assert sorted(y[seeds].tolist()) == [0, 1, 2]
+
+
+# ------------------------------------------------------------------------ Cauchy-Schwarz (sec. 4)
+
+
+def test_cauchy_schwarz_properties(three_clusters, fitted3):
+    X, _ = three_clusters
+    other = KMLEMixture(n_components=3, random_state=2).fit(X[::-1] * 1.5)
+    assert cauchy_schwarz_divergence(fitted3, fitted3) == pytest.approx(0.0, abs=1e-9)
+    ab = cauchy_schwarz_divergence(fitted3, other)
+    assert ab > 0.1
+    assert cauchy_schwarz_divergence(other, fitted3) == pytest.approx(ab, rel=1e-12)
+    M = kmle.cauchy_schwarz_matrix([fitted3, other])
+    np.testing.assert_allclose(M, M.T, rtol=1e-12)
+    np.testing.assert_allclose(np.diag(M), 0.0, atol=1e-9)
+
+
+def test_cauchy_schwarz_matrix_matches_pairwise_formula(three_clusters, fitted3):
+    """The vectorised matrix (components padded to the largest K) equals the pair formula."""
+    X, _ = three_clusters
+    mixtures = [
+        fitted3,
+        KMLEMixture(n_components=1, random_state=0).fit(X * 2.0),
+        KMLEMixture(n_components=2, random_state=0).fit(X[::-1]),
+    ]
+
+    def log_inner(a, b):
+        log_w = np.log(a.weights_)[:, None] + np.log(b.weights_)[None, :]
+        return scipy.special.logsumexp(log_w + kmle._log_inner_products(a, b))
+
+    M = kmle.cauchy_schwarz_matrix(mixtures)
+    for i, a in enumerate(mixtures):
+        for j, b in enumerate(mixtures):
+            direct = 0.5 * log_inner(a, a) + 0.5 * log_inner(b, b) - log_inner(a, b)
+            assert M[i, j] == pytest.approx(direct, rel=1e-12, abs=1e-10)
+    np.testing.assert_allclose(kmle.cauchy_schwarz_matrix(mixtures[:1], mixtures[1:]), M[:1, 1:])
+
+
+def test_cauchy_schwarz_errors(fitted3):
+    other = copy.copy(fitted3)
+    other.family = "vmf"
+    with pytest.raises(ValueError) as err:
+        cauchy_schwarz_divergence(fitted3, other)
+    assert str(err.value) == "mixtures of different families: 'wishart' and 'vmf'"
+    other = copy.copy(fitted3)
+    other._dim = 2
+    with pytest.raises(ValueError) as err:
+        cauchy_schwarz_divergence(fitted3, other)
+    assert str(err.value) == "mixtures of different dimensions: 3 and 2"
+    low = copy.copy(fitted3)  # theta_n = -0.6 (dof 2.8): theta_n + theta_n' = -1.2 <= -1
+    low._params = fitted3._params._replace(theta_n=np.full(3, -0.6))
+    with pytest.raises(ValueError, match="the Cauchy-Schwarz integral diverges"):
+        cauchy_schwarz_divergence(low, low)
+    with pytest.raises(RuntimeError, match="not fitted yet"):
+        cauchy_schwarz_divergence(fitted3, KMLEMixture())
+
+
+def test_cauchy_schwarz_inner_product_matches_monte_carlo(three_clusters, fitted3):
+    """int p_j q_j' = E_{X ~ p_j}[q_j'(X)], checked by Monte Carlo on one pair."""
+    X, _ = three_clusters
+    other = KMLEMixture(n_components=1, random_state=0).fit(X * 1.2)
+    log_inner = kmle._log_inner_products(fitted3, other)
+    rng = np.random.default_rng(11)
+    j = 0
+    samples = scipy.stats.wishart(fitted3.dof_[j], fitted3.scale_[j]).rvs(20_000, random_state=rng)
+    q = scipy.stats.wishart(other.dof_[0], other.scale_[0]).logpdf(np.moveaxis(samples, 0, -1))
+    mc = scipy.special.logsumexp(q) - np.log(len(q))
+    se = np.std(np.exp(q - q.max())) / np.mean(np.exp(q - q.max())) / np.sqrt(len(q))
+    assert abs(log_inner[j, 0] - mc) < 5 * se + 1e-3
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    "X,message",
+    [
+        (np.ones((4, 3)), "X must be a 3-D array of shape (n_samples, d, d); got shape (4, 3)"),
+        (np.ones((4, 3, 2)), "X must hold square d x d matrices with d >= 1; got shape (4, 3, 2)"),
+        (np.zeros((0, 2, 2)), "X has no matrices (shape (0, 2, 2))"),
+    ],
+)
+def test_bad_shapes(X, message):
+    with pytest.raises(ValueError) as err:
+        KMLEMixture(n_components=1).fit(X)
+    assert str(err.value) == message
+
+
+def test_nan_non_symmetric_non_spd_are_rejected_and_input_is_untouched(rng):
+    X = random_spd(rng, 3, n=6)
+    bad = X.copy()
+    bad[4, 1, 1] = np.nan
+    keep = bad.copy()
+    with pytest.raises(ValueError) as err:
+        KMLEMixture(n_components=2).fit(bad)
+    assert str(err.value) == "X contains NaN or infinity (first in matrix 4)"
+    np.testing.assert_array_equal(bad, keep)
+    bad = X.copy()
+    bad[2, 0, 1] += 1.0
+    with pytest.raises(ValueError) as err:
+        KMLEMixture(n_components=2).fit(bad)
+    assert str(err.value) == "X[2] is not symmetric"
+    bad = X.copy()
+    bad[3] = np.diag([1.0, -1.0, 1.0])
+    bad[5] = np.diag([1.0, 0.0, 1.0])
+    keep = bad.copy()
+    with pytest.raises(ValueError) as err:
+        KMLEMixture(n_components=2).fit(bad)
+    assert (
+        str(err.value)
+        == "X[3] is not symmetric positive definite (its Cholesky factorisation failed)"
+    )
+    np.testing.assert_array_equal(bad, keep)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"lam": 0}, "lam must be a number in (0, 1]; got lam=0"),
+        ({"lam": 1.5}, "lam must be a number in (0, 1]; got lam=1.5"),
+        ({"lam": -0.1}, "lam must be a number in (0, 1]; got lam=-0.1"),
+        ({"lam": "0.1"}, "lam must be a number in (0, 1]; got lam='0.1'"),
+        (
+            {"n_components": 0},
+            "n_components must be a positive integer or None; got n_components=0",
+        ),
+        (
+            {"n_components": 2.0},
+            "n_components must be a positive integer or None; got n_components=2.0",
+        ),
+        ({"family": "gauss"}, "family must be 'wishart' or 'vmf'; got family='gauss'"),
+        ({"max_iter": 0}, "max_iter must be a positive integer; got max_iter=0"),
+        ({"tol": -1.0}, "tol must be a positive finite number; got tol=-1.0"),
+        ({"max_dof": np.inf}, "max_dof must be a positive finite number; got max_dof=inf"),
+        (
+            {"random_state": -3},
+            "random_state must be a non-negative integer or None; got random_state=-3",
+        ),
+    ],
+)
+def test_bad_parameters(rng, kwargs, message):
+    X = random_spd(rng, 2, n=5)
+    model = KMLEMixture(**kwargs)
+    assert {k: getattr(model, k) for k in kwargs} == kwargs  # stored unchanged
+    with pytest.raises(ValueError) as err:
+        model.fit(X)
+    assert str(err.value) == message
+
+
+def test_more_components_than_samples(rng):
+    with pytest.raises(ValueError) as err:
+        KMLEMixture(n_components=4).fit(random_spd(rng, 2, n=3))
+    assert str(err.value) == "X has 3 samples, fewer than n_components=4"
+
+
+def test_predict_before_fit_and_wrong_dimension(rng, fitted3):
+    with pytest.raises(RuntimeError, match="not fitted yet"):
+        KMLEMixture().predict(random_spd(rng, 3, n=2))
+    with pytest.raises(ValueError) as err:
+        fitted3.predict(random_spd(rng, 2, n=2))
+    assert str(err.value) == "X holds 2 x 2 matrices; the model was fitted on 3 x 3"
+
+
+# --------------------------------------------------------------------------- retrieval helper
+
+
+def test_windowed_cross_products(rng):
+    x = rng.normal(size=(30, 4))
+    mats = kmle.windowed_cross_products(x, window_sizes=(10, 30), step=10, shrinkage=0.0)
+    assert mats.shape == (4, 4, 4)
+    w = x[10:20] - x[10:20].mean(0)
+    assert any(np.allclose(m, w.T @ w) for m in mats)
+    # shrinkage makes rank-deficient windows (3 steps, 4 channels) SPD
+    short = kmle.windowed_cross_products(x[:3], window_sizes=(3,), step=1, shrinkage=1e-3)
+    assert np.all(np.linalg.eigvalsh(short) > 0)
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_basic_motions_retrieval_beats_chance():
+    folder = shared_data_or_skip(
+        "BasicMotions.series.npz", "BasicMotions.y.npy", "BasicMotions.split.npy"
+    )
+    arch = np.load(folder / "BasicMotions.series.npz")
+    data, offsets = arch["data"], arch["offsets"]
+    series = [data[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+    y = np.load(folder / "BasicMotions.y.npy")
+    split = np.load(folder / "BasicMotions.split.npy")
+    train = [s for s, t in zip(series, split) if t == 0]
+    test = [s for s, t in zip(series, split) if t == 1]
+    pred, _ = kmle.nearest_neighbor_retrieval(
+        train, y[split == 0], test, window_sizes=(25, 50), step=25, n_components=2
+    )
+    assert np.mean(pred == y[split == 1]) >= 0.9
+
+
+@pytest.mark.slow
+def test_vmf_family_dense_and_sparse_agree():
+    import scipy.sparse
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([m * 8 + rng.normal(size=(60, 5)) for m in np.eye(5)[:3]])
+    X[X < 0.3] = 0.0
+    y = np.repeat(np.arange(3), 60)
+    dense = KMLEMixture(family="vmf", n_components=3, random_state=0).fit(X)
+    sparse = KMLEMixture(family="vmf", n_components=3, random_state=0).fit(
+        scipy.sparse.csr_matrix(X)
+    )
+    assert adjusted_rand_score(y, dense.labels_) >= 0.95
+    np.testing.assert_array_equal(dense.labels_, sparse.labels_)
+    np.testing.assert_allclose(dense.concentrations_, sparse.concentrations_, rtol=1e-12)
+    assert np.all(np.diff(dense.lower_bounds_) >= -1e-12)
+    assert cauchy_schwarz_divergence(dense, sparse) == pytest.approx(0.0, abs=1e-9)
