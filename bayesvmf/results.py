@@ -1,0 +1,210 @@
+"""Result objects and persistence: ``save(model, path)`` / ``load(path)`` (npz + json, no pickle).
+
+A saved file is one ``.npz`` archive. It holds every fitted array of the estimator under its
+attribute name, and one extra entry, ``__bayesvmf__``, a UTF-8 JSON document (stored as a
+uint8 array) with the format tag, the format version, the estimator class, its constructor
+arguments and its scalar fitted attributes. Loading uses ``np.load(..., allow_pickle=False)``
+and imports only classes of the ``bayesvmf`` package that implement the persistence hooks
+(``_get_state`` / ``_set_state`` of :class:`bayesvmf._mixture.BaseVMFMixture`), so a file
+can never run code. A corrupt file, a foreign ``.npz`` or an unknown class raise a
+``ValueError`` that says which.
+
+Every estimator gets persistence by listing its fitted attributes in ``_fitted_attributes``
+(arrays go to the archive, JSON scalars to the document); constructor arguments must be JSON
+values (None, bool, int, float, str).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import zipfile
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "FitResult", "save", "load"]
+
+#: Format tag written into every file.
+FORMAT = "bayesvmf"
+#: Version of the file layout; bumped when it changes incompatibly.
+FORMAT_VERSION = 1
+_META_KEY = "__bayesvmf__"
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """Parameters and diagnostics of one fitted vMF mixture (host NumPy arrays).
+
+    Attributes
+    ----------
+    weights : ndarray of shape (n_components,)
+    mean_directions : ndarray of shape (n_components, n_features)
+    concentrations : ndarray of shape (n_components,)
+    lower_bound : float
+        The estimator's objective per row at these parameters.
+    n_iter : int
+    converged : bool
+    """
+
+    weights: np.ndarray
+    mean_directions: np.ndarray
+    concentrations: np.ndarray
+    lower_bound: float
+    n_iter: int
+    converged: bool
+
+    @classmethod
+    def from_estimator(cls, model) -> FitResult:
+        """Collect the fitted attributes of ``model``."""
+        model._check_is_fitted()
+        return cls(
+            np.asarray(model.weights_).copy(),
+            np.asarray(model.mean_directions_).copy(),
+            np.asarray(model.concentrations_).copy(),
+            float(model.lower_bound_),
+            int(model.n_iter_),
+            bool(model.converged_),
+        )
+
+
+def _json_value(name: str, value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple) and all(
+        v is None or isinstance(v, bool | int | float | str) for v in value
+    ):
+        return list(value)
+    raise ValueError(
+        f"cannot save {name}={value!r}: only None, bool, int, float, str and lists of them "
+        "are stored (a jax key as random_state cannot be saved; pass an int)."
+    )
+
+
+def save(model, path) -> None:
+    """Save a bayesvmf estimator (fitted or not) to ``path`` as npz + json, without pickle.
+
+    Parameters
+    ----------
+    model : estimator
+        Any bayesvmf estimator (it implements ``get_params``, ``_get_state``).
+    path : str or os.PathLike
+        Destination file; NumPy appends ``.npz`` when it is missing.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from bayesvmf import save, load
+    >>> from bayesvmf.models import SparseVMFMixture
+    >>> model = SparseVMFMixture(2, n_init=1, random_state=0).fit(np.eye(3)[[0, 0, 1, 1]] + 0.1)
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.npz")
+    >>> save(model, path)
+    >>> np.allclose(load(path).mean_directions_, model.mean_directions_)
+    True
+    """
+    if not (hasattr(model, "_get_state") and hasattr(model, "get_params")):
+        raise TypeError(f"save expects a bayesvmf estimator; got {type(model).__name__}.")
+    cls = type(model)
+    params = {k: _json_value(k, v) for k, v in model.get_params().items()}
+    arrays, scalars = model._get_state()
+    scalars = {k: _json_value(k, v) for k, v in scalars.items()}
+    for name, array in arrays.items():
+        if array.dtype == object:
+            raise ValueError(f"cannot save {name}: object arrays would need pickle.")
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "class": f"{cls.__module__}:{cls.__qualname__}",
+        "params": params,
+        "scalars": scalars,
+    }
+    blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    np.savez(path, **{_META_KEY: blob}, **arrays)
+
+
+def _resolve_class(spec: str, path):
+    module_name, _, qualname = spec.partition(":")
+    if not (module_name == "bayesvmf" or module_name.startswith("bayesvmf.")) or not qualname:
+        raise ValueError(f"{path}: refusing to load class {spec!r} (not a bayesvmf estimator).")
+    try:
+        obj = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{path}: unknown estimator class {spec!r}.") from exc
+    if not (isinstance(obj, type) and hasattr(obj, "_set_state")):
+        raise ValueError(f"{path}: {spec!r} is not a bayesvmf estimator class.")
+    return obj
+
+
+def load(path):
+    """Load an estimator written by :func:`save`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    estimator
+        A new instance with the saved constructor arguments and fitted attributes.
+
+    Raises
+    ------
+    ValueError
+        If the file is not a readable bayesvmf file (corrupt, foreign, newer format,
+        unknown class or attribute).
+    """
+    where = os.fspath(path)
+    try:
+        handle = open(where, "rb")  # noqa: SIM115 - closed by the with block below
+    except OSError as exc:
+        raise ValueError(f"{where}: not a readable bayesvmf file ({exc}).") from exc
+    with handle:
+        try:
+            archive = np.load(handle, allow_pickle=False)
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+            raise ValueError(f"{where}: not a readable bayesvmf file ({exc}).") from exc
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError(f"{where}: not a bayesvmf file (a bare array, not an npz archive).")
+        try:
+            with archive:
+                if _META_KEY not in archive.files:
+                    raise ValueError(f"{where}: not a bayesvmf file (no {_META_KEY} entry).")
+                blob = archive[_META_KEY]
+                arrays = {name: archive[name] for name in archive.files if name != _META_KEY}
+        except ValueError as exc:
+            if str(exc).startswith(where):
+                raise
+            raise ValueError(f"{where}: not a readable bayesvmf file ({exc}).") from exc
+        except (OSError, zipfile.BadZipFile, EOFError, KeyError) as exc:
+            raise ValueError(f"{where}: not a readable bayesvmf file ({exc}).") from exc
+    try:
+        meta = json.loads(blob.tobytes().decode("utf-8"))
+        if not isinstance(meta, dict):
+            raise TypeError("metadata is not an object")
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError) as exc:
+        raise ValueError(f"{where}: corrupt bayesvmf metadata ({exc}).") from exc
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{where}: not a bayesvmf file (format tag {meta.get('format')!r}).")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ValueError(
+            f"{where}: file format version {version!r} is not supported by this bayesvmf "
+            f"(reads versions <= {FORMAT_VERSION})."
+        )
+    for key in ("class", "params", "scalars"):
+        if key not in meta:
+            raise ValueError(f"{where}: corrupt bayesvmf metadata (missing {key!r}).")
+    cls = _resolve_class(str(meta["class"]), where)
+    try:
+        model = cls(**meta["params"])
+        model._set_state(arrays, meta["scalars"])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: cannot rebuild {meta['class']} ({exc}).") from exc
+    return model
