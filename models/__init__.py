@@ -1,0 +1,5 @@
+"""The model modules of bayesvmf, side by side; each imports the core, never a sibling."""
+
+from bayesvmf.models.dirichlet import DirichletVMFMixture
+from bayesvmf.models.kmle import KMLEMixture, cauchy_schwarz_divergence
+from bayesvmf.models.sparse import SparsePath, SparseVMFMixture, select_sparse_model
