@@ -1,0 +1,191 @@
+"""Tests of the shared mixture machinery (bayesvmf/_mixture.py), on small problems."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.special
+
+from bayesvmf import _mixture, special
+
+N, D, K = 40, 7, 3
+
+
+@pytest.fixture(scope="module")
+def X():
+    """A small sparse-ish matrix with unit rows (about half of the entries zero)."""
+    rng = np.random.default_rng(3)
+    A = rng.random((N, D)) * (rng.random((N, D)) < 0.5)
+    A[:, 0] += 0.1  # no zero row
+    return A / np.linalg.norm(A, axis=1, keepdims=True)
+
+
+def _all_data(X, dtype=jnp.float64):
+    """The same matrix as dense data and as sparse data with each kernel."""
+    Xs = sp.csr_matrix(X)
+    return {
+        "dense": _mixture.to_device(X, dtype),
+        "scipy": _mixture.to_device(Xs, dtype, kernel="scipy"),
+        "segment_sum": _mixture.to_device(Xs, dtype, kernel="segment_sum"),
+    }
+
+
+def test_to_device_kernels_and_input_unmodified(X):
+    Xs = sp.coo_matrix(X)
+    before = Xs.copy()
+    assert _mixture.to_device(Xs, kernel="scipy").kernel == "scipy"
+    assert _mixture.to_device(Xs, kernel="segment_sum").kernel == "segment_sum"
+    assert _mixture.to_device(Xs).kernel == "scipy"  # "auto" on the CPU test backend
+    assert _mixture.to_device(Xs).nnz == Xs.nnz
+    assert (Xs != before).nnz == 0
+    with pytest.raises(ValueError, match="kernel"):
+        _mixture.to_device(Xs, kernel="bcsr")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_data_dot_and_tdot_match_scipy(X, dtype):
+    rng = np.random.default_rng(0)
+    M, R = rng.normal(size=(D, K)), rng.normal(size=(N, K))
+    Xs = sp.csr_matrix(X)
+    tol = 1e-13 if dtype == jnp.float64 else 1e-5
+    for name, data in _all_data(X, dtype).items():
+        dot = _mixture.data_dot(data, jnp.asarray(M))
+        tdot = _mixture.data_tdot(data, jnp.asarray(R))
+        assert dot.dtype == jnp.float64 and tdot.dtype == jnp.float64, name
+        np.testing.assert_allclose(dot, Xs @ M, atol=tol, err_msg=name)
+        np.testing.assert_allclose(tdot, Xs.T @ R, atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("kernel", ["scipy", "segment_sum"])
+def test_products_jit_and_vmap_over_right_hand_sides(X, kernel):
+    """Restarts vmap the products over their right-hand side (B of them at once)."""
+    rng = np.random.default_rng(1)
+    Ms, Rs = rng.normal(size=(4, D, K)), rng.normal(size=(4, N, K))
+    data = _mixture.to_device(sp.csr_matrix(X), kernel=kernel)
+    dot = jax.jit(jax.vmap(_mixture.data_dot, in_axes=(None, 0)))(data, jnp.asarray(Ms))
+    tdot = jax.jit(jax.vmap(_mixture.data_tdot, in_axes=(None, 0)))(data, jnp.asarray(Rs))
+    np.testing.assert_allclose(dot, np.einsum("nd,bdk->bnk", X, Ms), atol=1e-13)
+    np.testing.assert_allclose(tdot, np.einsum("nd,bnk->bdk", X, Rs), atol=1e-13)
+
+
+def test_e_step_matches_direct_formula(X):
+    rng = np.random.default_rng(2)
+    mu = rng.normal(size=(K, D))
+    mu /= np.linalg.norm(mu, axis=1, keepdims=True)
+    kappa = np.array([2.0, 10.0, 50.0])
+    log_w = np.log([0.2, 0.3, 0.5])
+    log_c = np.asarray(_mixture.log_normalizer(D, kappa))
+    # direct: responsibilities tau_ik proportional to alpha_k C_d(kappa_k) exp(kappa_k mu_k.x_i)
+    dens = np.exp(log_w + log_c + kappa * (X @ mu.T))
+    resp = dens / dens.sum(axis=1, keepdims=True)
+    for name, data in _all_data(X).items():
+        log_resp, log_norm = _mixture.e_step(data, log_w, mu, kappa, log_c)
+        np.testing.assert_allclose(np.exp(log_resp), resp, rtol=1e-12, err_msg=name)
+        np.testing.assert_allclose(log_norm, np.log(dens.sum(axis=1)), rtol=1e-12, err_msg=name)
+
+
+def test_log_normalizer_matches_scipy():
+    kappa = np.array([0.5, 5.0, 80.0])
+    nu = D / 2 - 1
+    direct = (
+        nu * np.log(kappa) - D / 2 * np.log(2 * np.pi) - np.log(scipy.special.ive(nu, kappa))
+    ) - kappa
+    np.testing.assert_allclose(_mixture.log_normalizer(D, kappa), direct, rtol=1e-12)
+
+
+def test_resultants_dense_sparse_scipy_agree(X):
+    resp = np.random.default_rng(4).dirichlet(np.ones(K), size=N)
+    expected = sp.csr_matrix(X).T.dot(resp).T
+    for name, data in _all_data(X).items():
+        resultant, resp_sum = _mixture.resultants(data, jnp.asarray(resp))
+        np.testing.assert_allclose(resultant, expected, atol=1e-13, err_msg=name)
+        np.testing.assert_allclose(resp_sum, resp.sum(axis=0), rtol=1e-13, err_msg=name)
+
+
+def _seeds(init, data, n_keys=5):
+    """Seeds of ``n_keys`` keys, by one jitted, vmapped call (as the estimators run them)."""
+    keys = jax.random.split(jax.random.key(0), n_keys)
+    return np.asarray(jax.jit(jax.vmap(lambda k, data: init(k, data, K), (0, None)))(keys, data))
+
+
+@pytest.mark.parametrize("kernel", ["dense", "scipy", "segment_sum"])
+def test_init_random_rows_picks_distinct_rows(X, kernel):
+    for mu in _seeds(_mixture.init_random_rows, _all_data(X)[kernel]):
+        # every seed is a row of X, and the K rows are distinct
+        match = np.all(np.isclose(mu[:, None, :], X[None], atol=1e-14), axis=-1)
+        assert (match.sum(axis=1) >= 1).all()
+        idx = match.argmax(axis=1)
+        assert len(set(idx.tolist())) == K
+
+
+def test_crisp_statistics_assign_to_closest_seed(X):
+    data = _all_data(X)["scipy"]
+    mu = np.asarray(_mixture.init_random_rows(jax.random.key(0), data, K))
+    resultant, resp_sum = _mixture.crisp_statistics(data, mu)
+    labels = np.argmax(X @ mu.T, axis=1)
+    onehot = np.eye(K)[labels]
+    np.testing.assert_allclose(resultant, onehot.T @ X, atol=1e-13)
+    np.testing.assert_array_equal(resp_sum, onehot.sum(axis=0))
+
+
+def test_kmeanspp_seeds_are_distinct_rows(X):
+    for mu in _seeds(_mixture.init_spherical_kmeanspp, _all_data(X)["scipy"]):
+        match = np.all(np.isclose(mu[:, None, :], X[None], atol=1e-14), axis=-1)
+        assert (match.sum(axis=1) >= 1).all()
+        # distinct directions: a seed equal to an earlier one has dissimilarity 0, weight 0
+        assert np.all(np.abs(mu @ mu.T - np.eye(K)).max(axis=1) < 1 - 1e-12)
+
+
+def test_kmeanspp_falls_back_when_all_rows_equal():
+    Xe = np.tile(np.eye(D)[:1], (10, 1))
+    mu = _seeds(_mixture.init_spherical_kmeanspp, _mixture.to_device(Xe), 1)[0]
+    assert np.isfinite(mu).all()
+    np.testing.assert_allclose(mu, np.tile(Xe[:1], (K, 1)))
+
+
+def test_solve_kappa_matches_special_with_cap():
+    rho = np.array([0.0, 1e-3, 0.3, 0.9, 0.999, 1 - 1e-13, 1.0, 1.2])
+    kappa_max = 1e5
+    kappa, collapsed = _mixture.solve_kappa(D, rho, kappa_max)
+    kappa, collapsed = np.asarray(kappa), np.asarray(collapsed)
+    raw = np.asarray(special.kappa_from_rbar(D, jnp.asarray(np.clip(rho, 0, 1 - 1e-15))))
+    below = (rho > 0) & (rho < 0.999)
+    np.testing.assert_allclose(kappa[below], raw[below], rtol=1e-14)
+    # A_d(kappa) = rho at the solution (ive ratio, eq. (21))
+    a_d = scipy.special.ive(D / 2, kappa[below]) / scipy.special.ive(D / 2 - 1, kappa[below])
+    np.testing.assert_allclose(a_d, rho[below], rtol=1e-10)
+    assert kappa[0] == 0.0 and not collapsed[0]
+    assert not collapsed[below].any()
+    # rho close to or at 1 (and beyond): the cap, flagged as collapsed
+    np.testing.assert_array_equal(kappa[5:], kappa_max)
+    assert collapsed[5:].all()
+    assert kappa[4] < kappa_max and not collapsed[4]
+
+
+def test_describe_status():
+    S = _mixture.Status
+    assert _mixture.describe_status(S.OK) == "ok"
+    text = _mixture.describe_status(S.COLLAPSED | S.ZERO_DIRECTION)
+    assert "kappa_max" in text and "zeroed" in text and "empty" not in text
+
+
+def test_scipy_kernel_float64_under_scoped_x64_only():
+    """float64 products stay float64 when only a scoped ``enable_x64`` is on (the estimators'
+    set-up): XLA may run the callback on a thread where x64 is off (regression test)."""
+    rng = np.random.default_rng(5)
+    Xs = sp.random(300, 2000, density=0.05, random_state=5, format="csr")
+    R = rng.normal(size=(4, 300, K))
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with jax.enable_x64(True):
+            for dtype in (jnp.float32, jnp.float64, jnp.float64):
+                data = _mixture.to_device(Xs, dtype, kernel="scipy")
+                f = jax.jit(jax.vmap(_mixture.data_tdot, in_axes=(None, 0)))
+                for _ in range(3):
+                    out = np.asarray(f(data, jnp.asarray(R)))
+            assert out.dtype == np.float64
+            np.testing.assert_allclose(out[1], Xs.T @ R[1], atol=1e-13)
+    finally:
+        jax.config.update("jax_enable_x64", previous)
