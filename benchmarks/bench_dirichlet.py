@@ -20,8 +20,6 @@ from pathlib import Path
 import jax
 import numpy as np
 import scipy.sparse as sp
-from bayesvmf.models import DirichletVMFMixture
-from bayesvmf.models import dirichlet as dv
 from sklearn.cluster import KMeans
 from sklearn.decomposition import TruncatedSVD
 from sklearn.feature_extraction.text import TfidfTransformer
@@ -29,6 +27,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from sklearn.model_selection import train_test_split
 from threadpoolctl import threadpool_limits
+
+from bayesvmf.models import DirichletVMFMixture
+from bayesvmf.models import dirichlet as dv
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import scipy.stats
+from sklearn.metrics import adjusted_rand_score
+
 from bayesvmf.models import kmle
 from bayesvmf.models.kmle import KMLEMixture, nearest_neighbor_retrieval
-from sklearn.metrics import adjusted_rand_score
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "results"

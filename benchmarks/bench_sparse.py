@@ -13,12 +13,12 @@ from pathlib import Path
 import jax
 import numpy as np
 import scipy.sparse as sp
-from bayesvmf.models import SparseVMFMixture
-from bayesvmf.models import sparse as S
 from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf import _mixture
 from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models import SparseVMFMixture
+from bayesvmf.models import sparse as S
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "results"

@@ -7,14 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bayesvmf.models import DirichletVMFMixture
-from bayesvmf.models import dirichlet as dv
 from scipy.optimize import linear_sum_assignment
 from scipy.special import digamma, gammaln, logsumexp
 
 from bayesvmf import load, save, special
 from bayesvmf._mixture import TRACE_COUNTS
 from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models import DirichletVMFMixture
+from bayesvmf.models import dirichlet as dv
 
 
 # ------------------------------------------------------------------ planted data (NumPy only)

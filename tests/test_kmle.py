@@ -19,12 +19,12 @@ import pytest
 import scipy.optimize
 import scipy.special
 import scipy.stats
-from bayesvmf.models import kmle
-from bayesvmf.models.kmle import KMLEMixture, cauchy_schwarz_divergence
 from conftest import shared_data_or_skip
 from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf import ConvergenceWarning
+from bayesvmf.models import kmle
+from bayesvmf.models.kmle import KMLEMixture, cauchy_schwarz_divergence
 
 D = 3
 SCALES = [

@@ -3,9 +3,9 @@ import zipfile
 
 import numpy as np
 import pytest
-from bayesvmf.models import SparseVMFMixture
 
 from bayesvmf import load, save
+from bayesvmf.models import SparseVMFMixture
 from bayesvmf.results import FitResult
 
 

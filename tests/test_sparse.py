@@ -9,13 +9,13 @@ import pytest
 import scipy.optimize
 import scipy.sparse as sp
 import scipy.special
-from bayesvmf.models import SparsePath, SparseVMFMixture, select_sparse_model
-from bayesvmf.models import sparse as S
 from conftest import shared_data_or_skip
 from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf import ConvergenceWarning, _mixture, criteria
 from bayesvmf._mixture import DegenerateRunWarning, NotFittedError, Status
+from bayesvmf.models import SparsePath, SparseVMFMixture, select_sparse_model
+from bayesvmf.models import sparse as S
 
 # ---- an independent NumPy/SciPy EM of Banerjee et al. (2005) -------------------------------
 
