@@ -30,16 +30,16 @@ def _demo_distribution(seed: int):
         f"   drew {data.X.shape[0]} unit vectors in d = {data.X.shape[1]} from 3 vMF components"
         f" (sizes {counts.tolist()}), maximally separated means"
         f" (largest pairwise cosine {_largest_cosine(data.mean_directions):.3f}),"
-        f" kappa after the separability adjustment = {np.round(data.concentrations, 1).tolist()}"
+        f" kappa after the separability adjustment = {_numbers(data.concentrations, 1)}"
     )
 
     _say("\n2. The vMF distribution (a numpyro Distribution)")
     mu = jnp.asarray(data.mean_directions[0])
     dist = VonMisesFisher(mu, jnp.asarray(data.concentrations[0]))
     draws = dist.sample(jax.random.key(seed), (5,))
-    _say(f"   5 draws from component 0: cosines to its mean {np.round(draws @ mu, 3).tolist()}")
+    _say(f"   5 draws from component 0: cosines to its mean {_numbers(draws @ mu, 3)}")
     log_density = dist.log_prob(jnp.asarray(data.X[:3]))
-    _say(f"   log-densities of the first 3 data rows: {np.round(log_density, 2).tolist()}")
+    _say(f"   log-densities of the first 3 data rows: {_numbers(log_density, 2)}")
     e1 = jnp.zeros(100_000).at[0].set(1.0)
     sharp = VonMisesFisher(e1, 1e6)
     _say(
@@ -49,6 +49,11 @@ def _demo_distribution(seed: int):
         f" entropy = {float(sharp.entropy()):.3f}"
     )
     return data
+
+
+def _numbers(values, digits: int) -> str:
+    """Format an array of numbers as [a, b, ...] with a fixed number of decimals."""
+    return "[" + ", ".join(f"{float(v):.{digits}f}" for v in values) + "]"
 
 
 def _largest_cosine(mean_directions) -> float:

@@ -101,7 +101,9 @@ def save(model, path) -> None:
     >>> import numpy as np
     >>> from bayesvmf import save, load
     >>> from bayesvmf.models import SparseVMFMixture
-    >>> model = SparseVMFMixture(2, n_init=1, random_state=0).fit(np.eye(3)[[0, 0, 1, 1]] + 0.1)
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.repeat(np.eye(3)[:2], 20, axis=0) + 0.2 * rng.normal(size=(40, 3))
+    >>> model = SparseVMFMixture(2, shared_kappa=True, n_init=2, random_state=0).fit(X)
     >>> path = os.path.join(tempfile.mkdtemp(), "model.npz")
     >>> save(model, path)
     >>> np.allclose(load(path).mean_directions_, model.mean_directions_)
