@@ -98,6 +98,7 @@ from jax.custom_derivatives import SymbolicZero
 from jax.scipy.special import gammaln
 
 __all__ = [
+    "banerjee_kappa",
     "kappa_from_rbar",
     "log_bessel_iv",
     "log_sphere_area",
