@@ -20,11 +20,14 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "results"
 
 # Pipeline settings fixed a priori, before any test accuracy was looked at, and not tuned on
-# the test split (nor re-tuned when this benchmark was sped up).
-SETTINGS = {
-    "BasicMotions": dict(window_sizes=(25, 50), step=25, n_components=2, shrinkage=1e-3),
-    "JapaneseVowels": dict(window_sizes=(29,), step=1, n_components=1, shrinkage=1e-2),
-}
+# the test split (nor re-tuned when this benchmark was sped up). The second JapaneseVowels
+# row (several windows of 10 steps per series, two components, the shrinkage of the first
+# row) was fixed the same way, before its accuracy was seen, and reported as it came out.
+SETTINGS = [
+    ("BasicMotions", dict(window_sizes=(25, 50), step=25, n_components=2, shrinkage=1e-3)),
+    ("JapaneseVowels", dict(window_sizes=(29,), step=1, n_components=1, shrinkage=1e-2)),
+    ("JapaneseVowels", dict(window_sizes=(10,), step=5, n_components=2, shrinkage=1e-2)),
+]
 
 
 def load(name):
@@ -73,17 +76,16 @@ def stein_precision_1nn(series, y, split, settings):
     return y[tr][div.argmin(1)]
 
 
-def retrieval(name):
+def retrieval(name, settings):
     series, y, split, cov = load(name)
     train = [s for s, t in zip(series, split) if t == 0]
     test = [s for s, t in zip(series, split) if t == 1]
-    settings = SETTINGS[name]
     n_windows = [
         len(kmle.windowed_cross_products(s, settings["window_sizes"], settings["step"]))
         for s in series
     ]
     t0 = time.perf_counter()
-    pred, _ = nearest_neighbor_retrieval(train, y[split == 0], test, random_state=0, **settings)
+    pred, div = nearest_neighbor_retrieval(train, y[split == 0], test, random_state=0, **settings)
     seconds = time.perf_counter() - t0
     extra = {}
     if max(n_windows) == 1:
@@ -97,6 +99,8 @@ def retrieval(name):
         "n_test": len(test),
         "windows_per_series": [int(min(n_windows)), int(max(n_windows))],
         "cs_1nn_accuracy": float(np.mean(pred == y[split == 1])),
+        # how many training series serve as somebody's nearest neighbour (hubness)
+        "distinct_nearest_train_series": int(len(np.unique(div.argmin(1)))),
         "log_euclidean_1nn_accuracy": log_euclidean_1nn(cov, y, split),
         "pipeline_seconds": seconds,
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
@@ -122,14 +126,21 @@ def speed(n=10_000, d=6, k=5, seed=0):
     return {"n_samples": n, "d": d, "n_components": k, **out}
 
 
-def _burg(X):
+def _stats(X):
     X, log_det = kmle._check_spd_matrices(X)
-    stats = np.concatenate([log_det[:, None], X.reshape(len(X), -1)], 1)
-    return partial(kmle._wishart_seed_divergence, stats)  # the seeding divergence of fit()
+    return np.concatenate([log_det[:, None], X.reshape(len(X), -1)], 1)
 
 
-def dp_recovery(n_seeds=40, factors=(1, 2, 3, 5, 10, 15)):
-    """How often DP-k-MLE++ (Algorithm 3) finds K = 3 on three synthetic Wishart clusters."""
+def _burg(X):
+    return partial(kmle._wishart_seed_divergence, _stats(X))  # the seeding divergence of fit()
+
+
+def _geometry(X):
+    return kmle._seeding_geometry(kmle.WISHART, _stats(X))  # the geometry of fit()
+
+
+def dp_sets():
+    """Three-cluster sets of the issue's acceptance item and two one-component samples."""
     sets = {}
     rng = np.random.default_rng(7)  # the 3 x 100 set of tests/test_kmle.py
     scales = [
@@ -151,61 +162,170 @@ def dp_recovery(n_seeds=40, factors=(1, 2, 3, 5, 10, 15)):
         )
         label = "/".join(map(str, sizes))
         sets[f"sizes {label}, dof 30, scales I, 30 I, 900 I (far apart)"] = (X, sizes)
+    rng = np.random.default_rng(3)
+    sets["one component, 300, dof 15, scale diag(6, 1, 0.2)"] = (
+        scipy.stats.wishart(15, np.diag([6.0, 1.0, 0.2])).rvs(300, random_state=rng),
+        (300,),
+    )
+    sets["one component, 300, dof 5, scale I"] = (
+        scipy.stats.wishart(5, np.eye(3)).rvs(300, random_state=rng),
+        (300,),
+    )
+    return sets
+
+
+def gain_path(geometry, n, rng, n_steps):
+    """Relative gains (L_k - L_{k+1}) / L_k of dp_kmle_gain's steps k = 1..n_steps, no stop.
+
+    The same draws and candidates as ``kmle.dp_kmle_gain`` (which stops at the first gain
+    <= lam), so the gains show where any lam would stop.
+    """
+    seed = int(rng.integers(n))
+    centres, _, best = kmle._bregman_kmeans(
+        geometry, geometry.point(seed)[None], kmle._LLOYD_MAX_ITER
+    )
+    gains = []
+    for _ in range(n_steps):
+        loss = best.sum()
+        trial = None
+        for c in rng.choice(n, size=kmle._GAIN_CANDIDATES, p=best / loss):
+            grown = np.concatenate([centres, geometry.point(c)[None]])
+            fitted = kmle._bregman_kmeans(geometry, grown, kmle._LLOYD_MAX_ITER)
+            if fitted is not None and (trial is None or fitted[2].sum() < trial[2].sum()):
+                trial = fitted
+        if trial is None:
+            gains.append(0.0)
+            continue
+        centres, _, best = trial
+        gains.append(float((loss - best.sum()) / loss))
+    return np.array(gains)
+
+
+def _fraction_row(ks, k_true, **key):
+    ks = np.asarray(ks)
+    return {
+        **key,
+        "fraction_true_k": float(np.mean(ks == k_true)),
+        "median_k": float(np.median(ks)),
+        "min_k": int(ks.min()),
+        "max_k": int(ks.max()),
+    }
+
+
+def dp_recovery(
+    n_seeds=40,
+    factors=(1, 2, 3, 5, 10, 15),
+    lams=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5),
+):
+    """How often each DP-k-MLE++ rule finds the true K (3, or 1 on the one-component sets)."""
     out = []
-    for name, (X, sizes) in sets.items():
-        n = len(X)
-        div = _burg(X)
-        y = np.repeat(np.arange(3), sizes)
-        rows = []
-        for f in factors:
-            ks = np.array(
+    for name, (X, sizes) in dp_sets().items():
+        n, k_true = len(X), len(sizes)
+        div, geometry = _burg(X), _geometry(X)
+        share = [
+            _fraction_row(
                 [
                     len(kmle.dp_kmle_pp(div, n, np.random.default_rng(s), lam=f / n)[0])
                     for s in range(n_seeds)
-                ]
+                ],
+                k_true,
+                lam_times_n=f,
+                lam=f / n,
             )
-            rows.append(
-                {
-                    "lam_times_n": f,
-                    "lam": f / n,
-                    "fraction_k3": float(np.mean(ks == 3)),
-                    "median_k": float(np.median(ks)),
-                    "min_k": int(ks.min()),
-                    "max_k": int(ks.max()),
-                }
+            for f in factors
+        ]
+        gain = [
+            _fraction_row(
+                [
+                    len(kmle.dp_kmle_gain(geometry, n, np.random.default_rng(s), lam=lam)[0])
+                    for s in range(n_seeds)
+                ],
+                k_true,
+                lam=lam,
             )
-        # largest single-point share of the seeding loss: one seed per cluster vs one missing
-        B = np.stack([div(i) for i in range(n)])
-        r = np.random.default_rng(1)
-        full, missing = [], []
-        for _ in range(200):
-            seeds = [r.choice(np.flatnonzero(y == c)) for c in range(3)]
-            best = B[seeds].min(0)
-            full.append(best.max() / best.sum() * n)
-            drop = r.integers(3)
-            best = B[[s for j, s in enumerate(seeds) if j != drop]].min(0)
-            missing.append(best.max() / best.sum() * n)
-        out.append(
-            {
-                "data": name,
-                "n_samples": n,
-                "n_seeds": n_seeds,
-                "by_lam": rows,
-                "max_share_times_n_all_seeded_median": float(np.median(full)),
-                "max_share_times_n_all_seeded_q90": float(np.quantile(full, 0.9)),
-                "max_share_times_n_one_missing_median": float(np.median(missing)),
-                "max_share_times_n_one_missing_q10": float(np.quantile(missing, 0.1)),
-            }
+            for lam in lams
+        ]
+        paths = np.stack(
+            [gain_path(geometry, n, np.random.default_rng(s), k_true) for s in range(n_seeds)]
         )
+        row = {
+            "data": name,
+            "n_samples": n,
+            "true_k": k_true,
+            "n_seeds": n_seeds,
+            "share_rule": share,
+            "gain_rule": gain,
+            # smallest gain of a step that adds a missing cluster; largest gain of the step
+            # after the true K (a split of a found cluster)
+            "gain_missing_min": float(paths[:, : k_true - 1].min()) if k_true > 1 else None,
+            "gain_extra_max": float(paths[:, k_true - 1].max()),
+        }
+        if k_true > 1:
+            # largest single-point share of the seeding loss: one seed per cluster vs one missing
+            y = np.repeat(np.arange(k_true), sizes)
+            B = np.stack([div(i) for i in range(n)])
+            r = np.random.default_rng(1)
+            full, missing = [], []
+            for _ in range(200):
+                seeds = [r.choice(np.flatnonzero(y == c)) for c in range(k_true)]
+                best = B[seeds].min(0)
+                full.append(best.max() / best.sum() * n)
+                drop = r.integers(k_true)
+                best = B[[s for j, s in enumerate(seeds) if j != drop]].min(0)
+                missing.append(best.max() / best.sum() * n)
+            row["max_share_times_n_all_seeded"] = [
+                float(np.median(full)),
+                float(np.quantile(full, 0.9)),
+            ]
+            row["max_share_times_n_one_missing"] = [
+                float(np.median(missing)),
+                float(np.quantile(missing, 0.1)),
+            ]
+        out.append(row)
+    return out
+
+
+def dp_homogeneous(dims=(1, 2, 3, 6), sizes=(60, 300), dof_extra=(2, 15), n_seeds=20, lam=0.25):
+    """One-component Wishart samples: the gain of the first split, and K chosen by `lam`."""
+    out = []
+    for d in dims:
+        for n in sizes:
+            for extra in dof_extra:
+                dof = d - 1 + extra
+                rng = np.random.default_rng(1000 * d + n + extra)
+                X = scipy.stats.wishart(dof, np.eye(d)).rvs(n, random_state=rng).reshape(n, d, d)
+                geometry = _geometry(X)
+                first = [
+                    gain_path(geometry, n, np.random.default_rng(s), 1)[0] for s in range(n_seeds)
+                ]
+                ks = [
+                    len(kmle.dp_kmle_gain(geometry, n, np.random.default_rng(s), lam=lam)[0])
+                    for s in range(n_seeds)
+                ]
+                out.append(
+                    {
+                        "d": d,
+                        "p": d * (d + 1) // 2,
+                        "n_samples": n,
+                        "dof": dof,
+                        "first_split_gain_median": float(np.median(first)),
+                        "first_split_gain_max": float(np.max(first)),
+                        "reference_2_over_pi_p": 2 / (np.pi * d * (d + 1) / 2),
+                        "lam": lam,
+                        "fraction_k1": float(np.mean(np.asarray(ks) == 1)),
+                        "max_k": int(max(ks)),
+                    }
+                )
     return out
 
 
 def main():
     t_start = time.perf_counter()
     results = {
-        "retrieval": [retrieval(n) for n in SETTINGS],
+        "retrieval": [retrieval(n, settings) for n, settings in SETTINGS],
         "speed": speed(),
         "dp_kmle_pp": dp_recovery(),
+        "dp_homogeneous": dp_homogeneous(),
         "machine": f"{platform.machine()}, {platform.python_version()}, shared 2-core CPU",
     }
     results["total_seconds"] = time.perf_counter() - t_start
@@ -224,8 +344,9 @@ def main():
         "",
         "| data set | train / test | settings (windows, stride, K, shrinkage) "
         "| windows per series | CS 1-NN (k-MLE mixtures) | log-Euclidean 1-NN (full-series cov.) "
+        "| training series that are a CS nearest neighbour "
         "| CS pipeline wall time, s (all fits + CS matrix) |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results["retrieval"]:
         s = r["settings"]
@@ -234,17 +355,29 @@ def main():
             f"| {r['dataset']} | {r['n_train']} / {r['n_test']} "
             f"| {tuple(s['window_sizes'])}, {s['step']}, {s['n_components']}, {s['shrinkage']} "
             f"| {lo}-{hi} | {r['cs_1nn_accuracy']:.3f} | {r['log_euclidean_1nn_accuracy']:.3f} "
+            f"| {r['distinct_nearest_train_series']} of {r['n_train']} "
             f"| {r['pipeline_seconds']:.1f} |"
         )
     lines += [
         "",
-        "JapaneseVowels series are short (T = 7-29), so the window of 29 steps is the whole",
-        "series: every series gives one matrix and a one-component mixture whose degrees of",
-        "freedom sit at the cap `max_dof` (a single matrix has an unbounded likelihood). With",
+        "JapaneseVowels series are short (T = 7-29). In the first JapaneseVowels row the window",
+        "of 29 steps is the whole series: every series gives one matrix and a one-component",
+        "mixture whose degrees of freedom sit at the cap `max_dof` (a single matrix has an",
+        "unbounded likelihood). With",
         "equal degrees of freedom n, the CS divergence between two such fits reduces to",
         "(n - (d+1)/2) times the Jensen-Bregman log-det (Stein) divergence between the inverse",
         "shrunk cross-product matrices, so this row measures that divergence, not the",
-        "bag-of-windows mixture of BasicMotions.",
+        "bag-of-windows mixture of BasicMotions. The second JapaneseVowels row uses windows",
+        "of 10 steps every 5 steps (a series shorter than 10 steps gives one window of its",
+        "full length) and up to two components per series. A centred 10-step window of 12",
+        "channels has rank at most 9, so these matrices are SPD only through the shrinkage.",
+        "This row scores far below the other two. A likely reason, from the hubness column",
+        "(not a verified cause): a training series with 3-4 windows gets components with",
+        "finite degrees of freedom, i.e. broad Wishart densities. A series with one window",
+        "(or a singleton cluster) gets a component at the cap `max_dof`, almost a point mass.",
+        "Under the CS divergence the broad mixtures end up closest to many test series, so a",
+        "few training series serve as the nearest neighbour of most of the test set. The",
+        "settings were not changed after this was seen.",
     ]
     for r in results["retrieval"]:
         if "agreement_with_stein_precision_1nn" in r:
@@ -269,15 +402,73 @@ def main():
         f"| second (compiled program reused) | {exc['seconds']:.1f} | {exc['n_transfers']} "
         f"| {exc['n_iter']} | {exc['ari']:.3f} |",
         "",
-        "## DP-k-MLE++ (Algorithm 3): how often does `lam` recover K = 3?",
+        "## DP-k-MLE++: how often does `lam` recover K?",
         "",
-        "Fraction of random seeds (DP-k-MLE++ seeding only) that give exactly three clusters, for",
-        "lam = c/N. The rule adds a seed while one point carries more than lam of the seeding",
-        "loss. The last columns give the largest single-point share (times N) with one seed in",
-        "each true cluster, and with one cluster left without a seed (200 random draws).",
+        f"Fraction of {results['dp_kmle_pp'][0]['n_seeds']} random seeds (DP-k-MLE++ seeding "
+        "only, seeds 0, 1, ...) that give",
+        "exactly the true K (3 on the mixtures, 1 on the one-component samples), with the",
+        "range of K seen. All matrices are 3 x 3.",
+        "",
+        '### Default rule `dp_rule="gain"` (`dp_kmle_gain`)',
+        "",
+        "Adds the best of three D-sampled candidates while it removes more than a fraction lam",
+        "of the current loss, all clusters refined by Bregman k-means (fitted centroids). The",
+        "last two columns give, along the same greedy path without stopping, the smallest gain",
+        "of a step that adds a missing cluster and the largest gain of the step after the true",
+        "K: any lam between the two recovers K for every seed.",
         "",
     ]
-    factors = [row["lam_times_n"] for row in results["dp_kmle_pp"][0]["by_lam"]]
+    lams = [row["lam"] for row in results["dp_kmle_pp"][0]["gain_rule"]]
+    lines += [
+        "| data (N) | "
+        + " | ".join(f"lam = {lam:g}" for lam in lams)
+        + " | smallest gain, adding a missing cluster | largest gain, step after the true K |",
+        "|---" * (len(lams) + 3) + "|",
+    ]
+    for r in results["dp_kmle_pp"]:
+        cells = [
+            f"{row['fraction_true_k']:.2f} (K {row['min_k']}-{row['max_k']})"
+            for row in r["gain_rule"]
+        ]
+        missing = "-" if r["gain_missing_min"] is None else f"{r['gain_missing_min']:.3f}"
+        lines.append(
+            f"| {r['data']} ({r['n_samples']}) | "
+            + " | ".join(cells)
+            + f" | {missing} | {r['gain_extra_max']:.3f} |"
+        )
+    lines += [
+        "",
+        "Against fitted centroids the divergence has no heavy tail: a missing cluster carries",
+        "a large part of the loss, and splitting a found cluster removes only a small part,",
+        "so one lam separates them. The default lam = 0.25 lies inside the range that",
+        "recovers K on all five sets. Splitting one homogeneous cluster removes about",
+        "2/(pi p) of its loss for p free coordinates (p = d(d+1)/2 for Wishart), more in",
+        "small samples. So the threshold depends on d. One-component samples, 20 seeds each:",
+        "",
+        "| d (p) | N | dof | first split gain (median, max) | 2/(pi p) "
+        "| K = 1 at lam = 0.25 | largest K |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results["dp_homogeneous"]:
+        lines.append(
+            f"| {r['d']} ({r['p']}) | {r['n_samples']} | {r['dof']} "
+            f"| {r['first_split_gain_median']:.3f}, {r['first_split_gain_max']:.3f} "
+            f"| {r['reference_2_over_pi_p']:.3f} | {r['fraction_k1']:.2f} | {r['max_k']} |"
+        )
+    lines += [
+        "",
+        "For d = 1 and 2 the default lam is below the split gain of a single cluster and",
+        "invents clusters; there, raise lam above that gain or pass `n_components`.",
+        "",
+        '### The paper\'s rule `dp_rule="share"` (Algorithm 3 as printed, `dp_kmle_pp`)',
+        "",
+        "Adds a seed while one point carries more than lam of the loss to the nearest seed",
+        "point; lam = c/N. The last columns give the largest single-point share (times N)",
+        "with one seed in each true cluster, and with one cluster left without a seed (200",
+        "random draws).",
+        "",
+    ]
+    factors = [row["lam_times_n"] for row in results["dp_kmle_pp"][0]["share_rule"]]
     lines += [
         "| data (N) | "
         + " | ".join(f"lam = {f}/N" for f in factors)
@@ -287,16 +478,15 @@ def main():
     ]
     for r in results["dp_kmle_pp"]:
         cells = [
-            f"{row['fraction_k3']:.2f} (K {row['min_k']}-{row['max_k']})" for row in r["by_lam"]
+            f"{row['fraction_true_k']:.2f} (K {row['min_k']}-{row['max_k']})"
+            for row in r["share_rule"]
         ]
-        lines.append(
-            f"| {r['data']} ({r['n_samples']}) | "
-            + " | ".join(cells)
-            + f" | {r['max_share_times_n_all_seeded_median']:.1f}, "
-            f"{r['max_share_times_n_all_seeded_q90']:.1f} "
-            f"| {r['max_share_times_n_one_missing_median']:.1f}, "
-            f"{r['max_share_times_n_one_missing_q10']:.1f} |"
-        )
+        if "max_share_times_n_all_seeded" in r:
+            full, missing = r["max_share_times_n_all_seeded"], r["max_share_times_n_one_missing"]
+            tail = f" | {full[0]:.1f}, {full[1]:.1f} | {missing[0]:.1f}, {missing[1]:.1f} |"
+        else:
+            tail = " | - | - |"
+        lines.append(f"| {r['data']} ({r['n_samples']}) | " + " | ".join(cells) + tail)
     lines += [
         "",
         "Reading: when a cluster of m points has no seed, its loss is spread over those m",
@@ -307,7 +497,7 @@ def main():
         "two. At the first steps it is worse: the K - 1 clusters without a seed share their",
         "loss among even more points. Equal-sized clusters are the hard case. Unequal sizes",
         "help only somewhat, because a small missing cluster concentrates its loss on few",
-        "points. When K matters, pass `n_components` (k-MLE++ seeding) and compare fits.",
+        "points. This is why the gain rule is the default.",
         "",
         f"Total benchmark wall time: {results['total_seconds']:.0f} s ({results['machine']}).",
     ]

@@ -88,6 +88,19 @@ Implementation choices
   for vMF (fixed :math:`\kappa`) :math:`\kappa(1 - \mu_s^\top x_i)`. The positive factor
   cancels in the shares :math:`p_i` of Algorithm 3, so no value of :math:`n` or
   :math:`\kappa` has to be chosen.
+* **Choosing K (DP-k-MLE++).** Algorithm 3 as printed (``dp_rule="share"``) adds a seed
+  while one point's share of the loss (6) exceeds :math:`\lambda`; measured on three
+  synthetic Wishart clusters it recovers K = 3 for at most 25 % of the seeds for any
+  :math:`\lambda` (``benchmarks/results/kmle.md``; the reason is under ``lam`` in
+  :class:`KMLEMixture`). The default ``dp_rule="gain"`` (:func:`dp_kmle_gain`) keeps the
+  greedy, D-sampled seeding and the loss (6) but changes what is compared with
+  :math:`\lambda`: the fraction of the current loss that a new cluster removes, with the
+  clusters refined by Bregman k-means (Lloyd's iterations; the cluster mean is the Bregman
+  centroid of the same divergence) before and after the addition. This is the DP-means
+  criterion [4]_ (a new cluster must pay for itself), made scale free. Against fitted
+  centroids the divergence is no longer heavy-tailed, and a missing cluster removes a
+  large fraction of the loss (at least 0.476 on the benchmark's three sets of 3 x 3
+  matrices) while splitting a found one removes little (at most 0.129 there).
 * **Cauchy-Schwarz divergence** (sec. 4 of [1]_) uses the square root in the
   denominator, :math:`CS(m:m') = -\log \int m m' / \sqrt{\int m^2 \int m'^2}`, so that
   :math:`CS(m:m) = 0`; the paper prints it without the root, which is neither zero on
@@ -104,6 +117,8 @@ References
    ICASSP, 2012, pp. 869-872.
 .. [3] F. Nielsen, "Closed-form information-theoretic divergences for statistical
    mixtures", ICPR, 2012, pp. 1723-1726.
+.. [4] B. Kulis and M. I. Jordan, "Revisiting k-means: new algorithms via Bayesian
+   nonparametrics", ICML, 2012.
 """
 
 from __future__ import annotations
@@ -128,9 +143,11 @@ from bayesvmf.exceptions import ConvergenceWarning
 __all__ = [
     "KMLEMixture",
     "KMLEState",
+    "SeedingGeometry",
     "SweepInfo",
     "cauchy_schwarz_divergence",
     "cauchy_schwarz_matrix",
+    "dp_kmle_gain",
     "dp_kmle_pp",
     "hartigan_sweep",
     "inverse_multivariate_digamma",
@@ -153,6 +170,9 @@ _PASSES_PER_CALL = 8
 #: Smallest padded sizes (rows, components) of the k-MLE state; see ``_bucket``.
 _MIN_ROWS = 16
 _MIN_COMPONENTS = 4
+#: DP-k-MLE++ "gain" rule: candidates per addition, Lloyd iterations per refinement.
+_GAIN_CANDIDATES = 3
+_LLOYD_MAX_ITER = 50
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1057,25 +1077,197 @@ def _start(family: Family, data, labels, n_components: int, cap):
 # ---------------------------------------------------------------------------------------------
 
 
-def _wishart_seed_divergence(stats_np, s):
-    """Burg divergence tr(X_s^{-1} X_i) - log|X_s^{-1} X_i| - d from every X_i to X_s.
+def _wishart_divergence_to(stats_np, centres):
+    """Burg divergences tr(M_j^{-1} X_i) - log|M_j^{-1} X_i| - d, shape (n, k).
 
-    The Bregman divergence of the fixed-n sub-family up to the factor n/2 (module
-    docstring); ``stats_np`` rows are (log|X_i|, vec X_i).
+    The Bregman divergence of the fixed-n Wishart sub-family up to the factor n/2 (module
+    docstring); ``stats_np`` rows are (log|X_i|, vec X_i), ``centres`` has shape (k, d, d).
     """
+    k, d, _ = centres.shape
+    chol = np.linalg.cholesky(centres)
+    log_det = 2.0 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(1)
+    precision = np.linalg.solve(centres, np.broadcast_to(np.eye(d), centres.shape))  # a solve
+    trace = stats_np[:, 1:] @ precision.reshape(k, -1).T
+    return np.maximum(trace - stats_np[:, :1] + log_det - d, 0.0)
+
+
+def _wishart_point(stats_np, i):
     d = math.isqrt(stats_np.shape[1] - 1)
-    Xs = stats_np[s, 1:].reshape(d, d)
-    factor = scipy.linalg.cho_factor(Xs, lower=True)
-    precision = scipy.linalg.cho_solve(factor, np.eye(d))  # a solve, not inv()
-    trace = stats_np[:, 1:] @ precision.reshape(-1)
-    div = trace - stats_np[:, 0] + stats_np[s, 0] - d
-    return np.maximum(div, 0.0)
+    return stats_np[i, 1:].reshape(d, d)
 
 
-def _vmf_seed_divergence(X, s):
-    """1 - x_s . x_i: the fixed-kappa sub-family's Bregman divergence up to kappa."""
-    xs = X[s].toarray().ravel() if scipy.sparse.issparse(X) else X[s]
-    return np.maximum(1.0 - np.asarray(X @ xs).ravel(), 0.0)
+def _wishart_centroids(stats_np, labels, k):
+    """Cluster means of X: the right-sided Bregman centroids of the Burg divergence."""
+    d = math.isqrt(stats_np.shape[1] - 1)
+    sums = np.zeros((k, d * d))
+    np.add.at(sums, labels, stats_np[:, 1:])
+    return (sums / np.bincount(labels, minlength=k)[:, None]).reshape(k, d, d)
+
+
+def _vmf_divergence_to(X, centres):
+    """1 - mu_j . x_i, shape (n, k): the fixed-kappa sub-family's divergence up to kappa."""
+    return np.maximum(1.0 - np.asarray(X @ centres.T), 0.0)
+
+
+def _vmf_point(X, i):
+    return X[i].toarray().ravel() if scipy.sparse.issparse(X) else np.asarray(X[i])
+
+
+def _vmf_centroids(X, labels, k):
+    """Normalised cluster sums: the spherical k-means centroids (the vMF mean directions)."""
+    n = X.shape[0]
+    member = scipy.sparse.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(k, n))
+    sums = member @ X
+    sums = sums.toarray() if scipy.sparse.issparse(sums) else np.asarray(sums)
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    # a cluster whose directions cancel has no mean direction: a zero centre gives every
+    # point divergence 1, the value for a direction orthogonal to all of them
+    return sums / np.where(norms > 0, norms, 1.0)
+
+
+class SeedingGeometry(NamedTuple):
+    """The Bregman divergence that DP-k-MLE++ works with, as three host (NumPy) callables.
+
+    ``point(i)`` is the centre at observation ``i``, ``centroids(labels, k)`` the Bregman
+    centroids of a partition into ``k`` non-empty clusters (shape ``(k, ...)``), and
+    ``divergence(centres)`` the ``(n_samples, k)`` divergences :math:`B(y_i : c_j)`.
+    """
+
+    point: Any
+    centroids: Any
+    divergence: Any
+
+
+def _seeding_geometry(family: Family, host) -> SeedingGeometry:
+    if family is WISHART:
+        return SeedingGeometry(
+            partial(_wishart_point, host),
+            partial(_wishart_centroids, host),
+            partial(_wishart_divergence_to, host),
+        )
+    return SeedingGeometry(
+        partial(_vmf_point, host), partial(_vmf_centroids, host), partial(_vmf_divergence_to, host)
+    )
+
+
+def _point_divergence(geometry: SeedingGeometry, s):
+    """B(y_i : y_s) for every i: the divergence to the seed point y_s (Algorithm 3, line 5)."""
+    return geometry.divergence(geometry.point(s)[None])[:, 0]
+
+
+def _wishart_seed_divergence(stats_np, s):
+    """Burg divergence tr(X_s^{-1} X_i) - log|X_s^{-1} X_i| - d from every X_i to X_s."""
+    return _point_divergence(_seeding_geometry(WISHART, stats_np), s)
+
+
+def _bregman_kmeans(geometry: SeedingGeometry, centres, max_iter):
+    """Lloyd's iterations for the right-sided Bregman divergence (the centroid is the mean).
+
+    Returns (centres, labels, divergence of each point to its centre), or None when a
+    cluster empties (the new centre captured no point). The loss never increases.
+    """
+    k = len(centres)
+    div = geometry.divergence(centres)
+    labels = div.argmin(1)
+    for _ in range(max_iter):
+        if np.bincount(labels, minlength=k).min() == 0:
+            return None
+        centres = geometry.centroids(labels, k)
+        div = geometry.divergence(centres)
+        new = div.argmin(1)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    if np.bincount(labels, minlength=k).min() == 0:
+        return None
+    return centres, labels, div[np.arange(len(labels)), labels]
+
+
+def dp_kmle_gain(
+    geometry: SeedingGeometry,
+    n_samples: int,
+    rng: np.random.Generator,
+    *,
+    lam,
+    n_candidates: int = _GAIN_CANDIDATES,
+    max_iter: int = _LLOYD_MAX_ITER,
+):
+    r"""Choose K by the loss gain of an added cluster under fitted centroids (DP-k-MLE++, "gain").
+
+    A variant of Algorithm 3 of [1]_ that measures what a new cluster *removes* from the
+    :math:`\mathrm{kmeans}_{F^*}` loss of eq. (6) rather than one point's share of it, and
+    measures it against fitted clusters rather than single seed points. The first seed is
+    uniform (line 1); with :math:`k` clusters, Bregman k-means (Lloyd's iterations; the
+    right-sided Bregman centroid of a cluster is its mean) gives the loss
+    :math:`L_k = \sum_i \min_j B(y_i : c_j)`. ``n_candidates`` points are drawn with
+    probability :math:`p_i` of line 5 (as in greedy k-means++), each is added as a
+    :math:`(k+1)`-th centre and refined by Lloyd's iterations, and the best is kept if
+
+    .. math::
+
+        L_k - L_{k+1} > \lambda L_k ,
+
+    i.e. if it removes more than a fraction :math:`\lambda` of the current loss; otherwise
+    the seeding stops. This is DP-means [4]_ (add a cluster when it pays more than a
+    penalty) with a penalty relative to the current loss, so it does not depend on the scale
+    of the data. :math:`\lambda \ge 1` gives one cluster, :math:`\lambda \to 0` many. A
+    candidate whose cluster empties during the refinement is rejected.
+
+    Parameters
+    ----------
+    geometry : SeedingGeometry
+        The divergence, its centroids and the centre at an observation.
+    n_samples : int
+    rng : numpy.random.Generator
+    lam : float
+        Threshold :math:`\lambda` in (0, 1].
+    n_candidates : int, default=3
+        Candidates drawn per addition; the one with the lowest refined loss is tried.
+    max_iter : int, default=50
+        Maximum number of Lloyd iterations per refinement.
+
+    Returns
+    -------
+    seeds : ndarray of int
+        The first seed and the candidates that opened clusters 2, ..., K.
+    labels : ndarray of int of shape (n_samples,)
+        The Bregman k-means partition with K clusters (the first assignment of line 3).
+
+    Examples
+    --------
+    Two pairs on a line with the squared distance: the second cluster removes almost all of
+    the loss, a third (splitting a pair) half of what is left.
+
+    >>> import numpy as np
+    >>> x = np.array([0.0, 0.1, 10.0, 10.1])
+    >>> geometry = SeedingGeometry(
+    ...     point=lambda i: x[i],
+    ...     centroids=lambda labels, k: np.bincount(labels, x, k) / np.bincount(labels, None, k),
+    ...     divergence=lambda centres: (x[:, None] - centres[None, :]) ** 2,
+    ... )
+    >>> seeds, labels = dp_kmle_gain(geometry, 4, np.random.default_rng(0), lam=0.6)
+    >>> len(seeds), bool(labels[0] == labels[1] != labels[2] == labels[3])
+    (2, True)
+    >>> len(dp_kmle_gain(geometry, 4, np.random.default_rng(0), lam=0.4)[0])
+    4
+    """
+    seeds = [int(rng.integers(n_samples))]
+    centres, labels, best = _bregman_kmeans(geometry, geometry.point(seeds[0])[None], max_iter)
+    while len(seeds) < n_samples:
+        loss = best.sum()
+        if not (loss > 0 and np.isfinite(loss)):
+            break
+        trial = None
+        for c in rng.choice(n_samples, size=n_candidates, p=best / loss):
+            grown = np.concatenate([centres, geometry.point(c)[None]])
+            fitted = _bregman_kmeans(geometry, grown, max_iter)
+            if fitted is not None and (trial is None or fitted[2].sum() < trial[3].sum()):
+                trial = (int(c), *fitted)
+        if trial is None or loss - trial[3].sum() <= lam * loss:
+            break
+        seeds.append(trial[0])
+        _, centres, labels, best = trial
+    return np.asarray(seeds), labels
 
 
 def dp_kmle_pp(
@@ -1126,7 +1318,7 @@ def dp_kmle_pp(
 
     With ``lam``, the number of seeds depends on the shares of single points. Here no
     ``lam`` gives the two pairs: ``lam < 0.5`` ends with four seeds, and ``lam > 0.505``
-    with one (see the limitation under ``lam`` in :class:`KMLEMixture`).
+    with one (see ``dp_rule`` in :class:`KMLEMixture`; :func:`dp_kmle_gain` finds them).
     """
     seeds = [int(rng.integers(n_samples))]
     best = divergence(seeds[0])
@@ -1239,26 +1431,42 @@ class KMLEMixture:
         ``normalize`` is True.
     n_components : int or None, default=None
         Number of clusters; None lets DP-k-MLE++ choose it with ``lam``.
-    lam : float, default=0.05
-        DP-k-MLE++ threshold :math:`\lambda \in (0, 1]` (Algorithm 3): a cluster is added
-        while some point carries more than this share of the seeding loss; larger values
-        give fewer clusters, 1 gives one cluster; about :math:`1/N` is the sensible
-        minimum (sec. 3.3 of [1]_). Ignored when ``n_components`` is given.
+    lam : float, default=0.25
+        DP-k-MLE++ threshold :math:`\lambda \in (0, 1]`; larger values give fewer clusters,
+        1 gives one cluster. Its meaning depends on ``dp_rule``. Ignored when
+        ``n_components`` is given.
+    dp_rule : {"gain", "share"}, default="gain"
+        How DP-k-MLE++ decides to add a cluster (``n_components=None`` only).
 
-        **Limitation: this rule often fails to recover K, especially when the clusters are
-        about the same size.** It compares *one point's* share of the loss with
-        :math:`\lambda`. A cluster of :math:`m` points that has no seed yet spreads its
-        loss over those points, so each carries at most about :math:`1/m` of the total
-        (:math:`K/N` for equal sizes). Once every cluster has a seed, the largest share is
-        still about :math:`3`-:math:`5/N`, because the divergence to a single seed point is
-        heavy-tailed. For small K the two ranges overlap and no :math:`\lambda` separates
-        them. A smaller :math:`\lambda` keeps splitting clusters, and a larger one stops at
-        one or two. Measured over 40 seeds (``benchmarks/results/kmle.md``): three equal
-        clusters of 100 3 x 3 Wishart matrices, even very far apart, give K = 3 for at
-        most 17 % of the seeds over :math:`\lambda N \in \{1, 2, 3, 5, 10, 15\}`.
-        Unequal sizes 150/40/10 give at most 25 %. The default 0.05 (10/N to 15/N on
-        these sets) gives K = 3 for at most 10 % of the seeds. When the number of clusters
-        matters, pass ``n_components`` (k-MLE++ seeding) and compare the candidate fits.
+        * ``"gain"`` (default, :func:`dp_kmle_gain`): add the best of a few D-sampled
+          candidates while it removes more than a fraction :math:`\lambda` of the current
+          seeding loss, with all clusters refined by Bregman k-means (fitted centroids)
+          before and after. Measured (``benchmarks/results/kmle.md``, 40 seeds each):
+          with :math:`\lambda \in [0.15, 0.4]` it finds K = 3 for every seed on three
+          synthetic sets of 3 x 3 Wishart matrices (equal sizes with overlapping scales,
+          equal sizes far apart, sizes 150/40/10), and K = 1 for every seed on two
+          one-component samples of 300 matrices. 0.25 sits in the middle of that range.
+          **What the threshold assumes:** splitting one homogeneous cluster in two removes
+          roughly :math:`2/(\pi p)` of its loss for :math:`p` free coordinates
+          (:math:`p = d(d+1)/2` for Wishart, :math:`d - 1` for vMF), more for small
+          samples: in the benchmark at most 0.15 for :math:`d = 3` and 60 matrices, but
+          up to 0.27 for :math:`d = 2` and 0.65 for :math:`d = 1`. There (and for vMF
+          on low-dimensional spheres) the default can invent clusters; in the benchmark it
+          did on every :math:`d = 1` sample and on one of four :math:`d = 2` samples.
+          Raise ``lam`` above the single-cluster split gain, or pass ``n_components``.
+          Clusters that overlap so much that adding one removes at most 25 % of the loss
+          are merged by the default; lower ``lam`` to find them.
+        * ``"share"``: Algorithm 3 as printed in [1]_ (:func:`dp_kmle_pp`): add a seed while
+          some point carries more than a share :math:`\lambda` of the loss (6) to the
+          nearest *seed point*; about :math:`1/N` is the sensible minimum (sec. 3.3).
+          **This rule rarely recovers K.** A cluster of :math:`m` points that has no seed
+          yet spreads its loss over those points, so each carries at most about
+          :math:`1/m` of the total (:math:`K/N` for equal sizes). Once every cluster has a
+          seed, the largest share is still about 3-5 times :math:`1/N`, because the
+          divergence to a single seed point is heavy-tailed. The two ranges overlap and no
+          :math:`\lambda` separates them: on the same three sets, K = 3 is found for at
+          most 25 % of the seeds over :math:`\lambda N \in \{1, 2, 3, 5, 10, 15\}`. It is
+          kept for reproducing the paper.
     max_iter : int, default=100
         Maximum number of weight updates (outer iterations of Algorithm 2).
     tol : float, default=1e-9
@@ -1282,7 +1490,9 @@ class KMLEMixture:
     weights_ : ndarray of shape (n_components_,)
     n_components_ : int
     seeds_ : ndarray of int
-        Indices of the observations chosen as seeds.
+        Indices of the observations chosen as seeds (the first one uniform; with
+        ``dp_rule="gain"`` the others are the candidates that opened clusters 2, ..., K, and
+        the first partition is their Bregman k-means refinement).
     dof_, scale_ : ndarrays of shape (n_components_,) and (n_components_, d, d)
         Wishart parameters :math:`n_j, S_j` (Wishart family).
     mean_directions_, concentrations_ : ndarrays of shape (n_components_, d) and (n_components_,)
@@ -1313,7 +1523,8 @@ class KMLEMixture:
         *,
         family: str = "wishart",
         n_components: int | None = None,
-        lam: float = 0.05,
+        lam: float = 0.25,
+        dp_rule: str = "gain",
         max_iter: int = 100,
         tol: float = 1e-9,
         max_dof: float = 1e6,
@@ -1324,6 +1535,7 @@ class KMLEMixture:
         self.family = family
         self.n_components = n_components
         self.lam = lam
+        self.dp_rule = dp_rule
         self.max_iter = max_iter
         self.tol = tol
         self.max_dof = max_dof
@@ -1345,6 +1557,8 @@ class KMLEMixture:
             lam = self.lam
             if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0 < lam <= 1:
                 raise ValueError(f"lam must be a number in (0, 1]; got lam={lam!r}")
+            if self.dp_rule not in ("gain", "share"):
+                raise ValueError(f"dp_rule must be 'gain' or 'share'; got dp_rule={self.dp_rule!r}")
         m = self.max_iter
         if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1:
             raise ValueError(f"max_iter must be a positive integer; got max_iter={m!r}")
@@ -1414,13 +1628,14 @@ class KMLEMixture:
             if self.n_components is not None and n < self.n_components:
                 raise ValueError(f"X has {n} samples, fewer than n_components={self.n_components}")
             rng = np.random.default_rng(self.random_state)
-            if family is WISHART:
-                divergence = partial(_wishart_seed_divergence, host)
+            geometry = _seeding_geometry(family, host)
+            if self.n_components is None and self.dp_rule == "gain":
+                seeds, labels = dp_kmle_gain(geometry, n, rng, lam=self.lam)
             else:
-                divergence = partial(_vmf_seed_divergence, host)
-            seeds, labels = dp_kmle_pp(
-                divergence, n, rng, lam=self.lam, n_components=self.n_components
-            )
+                divergence = partial(_point_divergence, geometry)
+                seeds, labels = dp_kmle_pp(
+                    divergence, n, rng, lam=self.lam, n_components=self.n_components
+                )
             k = len(seeds)
             cap = jnp.asarray(float(self.max_dof if family is WISHART else self.kappa_max))
             tol = jnp.asarray(float(self.tol))
@@ -1811,7 +2026,8 @@ def nearest_neighbor_retrieval(
     step,
     shrinkage=1e-3,
     n_components=None,
-    lam=0.05,
+    lam=0.25,
+    dp_rule="gain",
     max_dof=1e6,
     random_state=0,
 ):
@@ -1829,7 +2045,7 @@ def nearest_neighbor_retrieval(
     y_train : array of shape (n_train,)
     window_sizes, step, shrinkage
         See :func:`windowed_cross_products`.
-    n_components, lam, max_dof, random_state
+    n_components, lam, dp_rule, max_dof, random_state
         See :class:`KMLEMixture`.
 
     Returns
@@ -1841,7 +2057,9 @@ def nearest_neighbor_retrieval(
     def fit_one(s):
         mats = windowed_cross_products(s, window_sizes, step, shrinkage)
         k = None if n_components is None else min(n_components, len(mats))
-        model = KMLEMixture(n_components=k, lam=lam, max_dof=max_dof, random_state=random_state)
+        model = KMLEMixture(
+            n_components=k, lam=lam, dp_rule=dp_rule, max_dof=max_dof, random_state=random_state
+        )
         return model.fit(mats)
 
     train = [fit_one(s) for s in train_series]
