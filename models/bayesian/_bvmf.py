@@ -1,0 +1,1064 @@
+r"""B-vMFmix: the Bayesian vMF mixture of Gopal & Yang (sec. 3.1 of [1]_) by variational inference.
+
+Generative model (sec. 3.1 of [1]_)::
+
+    pi ~ Dir(alpha),  mu_k ~ vMF(mu0, C0),  kappa_k ~ LogNormal(m, s2),
+    z_i ~ Cat(pi),    x_i ~ vMF(mu_{z_i}, kappa_{z_i}).
+
+Mean-field variational inference (sec. 3.1.1): q(pi) = Dir(rho), q(mu_k) = vMF(psi_k,
+gamma_k), q(z_i) = Cat(lambda_i), and q(kappa_k) by one of the two schemes of
+:mod:`bayesvmf.models.bayesian._kappa` (MH draws from the conditional of eq. (1), or a
+log-normal fitted by maximising a lower bound built on eqs. (2)-(3)). Empirical Bayes
+(sec. 3.1.3) updates alpha, mu0, C0, m, s2. ``inference="gibbs"`` runs the collapsed Gibbs
+sampler of sec. 3.1.2 (:mod:`bayesvmf.models.bayesian._gibbs`). The derivations (every term
+of the bound, every update, the empirical Bayes steps) are in ``docs/bayesian_vi.md``.
+
+=====================  ====================================================================
+code                   paper (sec. 3.1)
+=====================  ====================================================================
+``rho``                rho, q(pi) = Dir(rho), shape (K,)
+``psi``, ``gamma``     psi_k, gamma_k, q(mu_k) = vMF(psi_k, gamma_k)
+``lambda`` / ``resp``  lambda_ik = E_q[z_ik]
+``resultant``          r_k = sum_i lambda_ik x_i, shape (K, d)
+``resp_sum``           N_k = sum_i lambda_ik
+``kappa_state``        the q(kappa) state of :mod:`._kappa` (log kappa, or (a, log b))
+``priors``             :class:`._kappa.Priors` (alpha, mu0, C0, m, s2)
+=====================  ====================================================================
+
+One VI iteration (:func:`vi_step`, jitted once at module level, all restarts vmapped):
+rho, then q(mu), then q(kappa), then the empirical Bayes updates, then q(z) with one pass
+over the data (``X @ E[mu].T``) and the resultants (``lambda.T @ X``), then the bound. Each
+update maximises the bound over its factor given the others (q(kappa) by bounding: increases
+it), so with ``kappa_update="bounding"`` the bound never decreases.
+
+References
+----------
+.. [1] S. Gopal and Y. Yang, "Von Mises-Fisher clustering models", ICML 2014, 154-162.
+.. [2] D. M. Blei, A. Y. Ng and M. I. Jordan, "Latent Dirichlet allocation", JMLR 3 (2003)
+   993-1022 (appendix A.4.2: Newton's method for the Dirichlet parameter).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import digamma, gammaln, logsumexp, polygamma, xlogy
+
+from bayesvmf import _mixture, special
+from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models.bayesian import _kappa
+from bayesvmf.models.bayesian._kappa import KappaMoments, Priors
+
+__all__ = [
+    "VIState",
+    "Posterior",
+    "Statistics",
+    "elbo",
+    "update_alpha",
+    "update_mu0_c0",
+    "update_m_s2",
+    "vi_step",
+    "BayesianVMFMixture",
+]
+
+#: Cap of the empirical-Bayes C0 and floor of the empirical-Bayes s2 and alpha: EB of a
+#: prior's spread can collapse it (all E[mu_k] equal, all kappa_k equal); the cap and floors
+#: keep the numbers finite in that limit.
+C0_MAX = 1e6
+S2_MIN = 1e-6
+ALPHA_RANGE = (1e-8, 1e8)
+
+#: Newton iterations of the alpha update (each with backtracking, so the bound never drops).
+ALPHA_NEWTON_STEPS = 20
+
+#: Gauss-Hermite nodes for E_q[.] over a log-normal q(kappa) (bounding scheme) in
+#: score_samples; the integrand is smooth in log kappa, 32 nodes are exact to rounding for
+#: the variances seen in practice (b << 1).
+HERMITE_NODES = 32
+
+
+class Posterior(NamedTuple):
+    """The variational factors q(pi), q(mu), q(kappa) of one run (sec. 3.1.1 of [1]_)."""
+
+    rho: jax.Array
+    psi: jax.Array
+    gamma: jax.Array
+    kappa: KappaMoments
+
+
+class Statistics(NamedTuple):
+    """What the bound needs from q(z): r_k, N_k and the entropy -sum lambda log lambda."""
+
+    resultant: jax.Array
+    resp_sum: jax.Array
+    resp_entropy: jax.Array
+
+
+class VIState(NamedTuple):
+    """State of a batch of B variational runs (batch axis first), one per restart.
+
+    Attributes
+    ----------
+    post : Posterior
+        rho (B, K), psi (B, K, d), gamma (B, K), kappa moments (B, K) with state (B, K) or
+        (B, K, 2).
+    stats : Statistics
+        r (B, K, d), N (B, K), entropy of q(z) (B,), at the last q(z) update.
+    priors : Priors
+        Current hyper-parameters (B,) each, mu0 (B, d) (empirical Bayes changes them).
+    key : jax.Array of shape (B,)
+        MH key of the run (the same at every iteration: common random numbers, see
+        :class:`BayesianVMFMixture`).
+    bound : jax.Array of shape (B,)
+        Variational bound per row at the last iteration (-inf before one).
+    accept_rate : jax.Array of shape (B, K)
+        MH acceptance of the last kappa update (sampling scheme; 1 for bounding).
+    n_iter : jax.Array of int64, shape (B,)
+    converged : jax.Array of bool, shape (B,)
+    """
+
+    post: Posterior
+    stats: Statistics
+    priors: Priors
+    key: jax.Array
+    bound: jax.Array
+    accept_rate: jax.Array
+    n_iter: jax.Array
+    converged: jax.Array
+
+
+# --------------------------------------------------------------------------------------------
+# The bound and the empirical Bayes updates (docs/bayesian_vi.md)
+# --------------------------------------------------------------------------------------------
+
+
+def _e_log_pi(rho):
+    return digamma(rho) - digamma(jnp.sum(rho, axis=-1, keepdims=True))
+
+
+def _kl_log_kappa(kappa: KappaMoments, m, s2):
+    """KL(N(E log kappa, Var log kappa) || N(m, s2)) per component (the q(kappa) terms)."""
+    a, b = kappa.mean_log_kappa, kappa.var_log_kappa
+    return 0.5 * (jnp.log(s2) - jnp.log(b) + (b + (a - m) ** 2) / s2 - 1.0)
+
+
+def _alpha_terms(alpha, e_log_pi):
+    """E_q[log Dir(pi | alpha)] (symmetric), as a function of alpha."""
+    k = e_log_pi.shape[-1]
+    return gammaln(k * alpha) - k * gammaln(alpha) + (alpha - 1.0) * jnp.sum(e_log_pi, axis=-1)
+
+
+def elbo(post: Posterior, stats: Statistics, priors: Priors, d: int, a_gamma=None):
+    """Return the variational lower bound (VLB of sec. 3.1.1 of [1]_), total over the rows.
+
+    Sum of (docs/bayesian_vi.md, eq. (B1)-(B8)): E log p(X | z, mu, kappa),
+    E log p(z | pi), E log p(pi), E log p(mu), -KL(q(kappa) || p(kappa)), H(q(z)),
+    H(q(pi)), H(q(mu)). E_q[log C_d(kappa)] is the scheme's (MC average or lower bound) and
+    the q(kappa) terms are those of the log-normal with the moments of q (exact for bounding,
+    moment-matched for sampling).
+
+    Parameters
+    ----------
+    post : Posterior
+    stats : Statistics
+    priors : Priors
+    d : int
+        Dimension (static).
+    a_gamma : jax.Array of shape (K,), optional
+        A_d(gamma_k) when the caller has it (saves a Bessel ratio).
+
+    Returns
+    -------
+    jax.Array
+        Scalar.
+    """
+    rho, psi, gamma, kappa = post
+    e_log_pi = _e_log_pi(rho)
+    if a_gamma is None:
+        a_gamma = special.mean_resultant_length(d, gamma)
+    # log C_d(gamma_k) and log C_d(C0) in one call (one special-function site to compile)
+    log_c = _mixture.log_normalizer(d, jnp.append(gamma, priors.C0))
+    log_c_gamma, log_c_c0 = log_c[:-1], log_c[-1]
+    psi_dot_r = jnp.sum(psi * stats.resultant, axis=-1)
+    likelihood = jnp.sum(stats.resp_sum * kappa.mean_log_c + kappa.mean_kappa * a_gamma * psi_dot_r)
+    assignments = jnp.sum(stats.resp_sum * e_log_pi)
+    prior_pi = _alpha_terms(priors.alpha, e_log_pi)
+    prior_mu = jnp.sum(log_c_c0 + priors.C0 * a_gamma * (psi @ priors.mu0))
+    kappa_terms = -jnp.sum(_kl_log_kappa(kappa, priors.m, priors.s2))
+    rho_sum = jnp.sum(rho)
+    entropy_pi = -(gammaln(rho_sum) - jnp.sum(gammaln(rho)) + jnp.sum((rho - 1.0) * e_log_pi))
+    entropy_mu = -jnp.sum(log_c_gamma + gamma * a_gamma)
+    return (
+        likelihood
+        + assignments
+        + prior_pi
+        + prior_mu
+        + kappa_terms
+        + stats.resp_entropy
+        + entropy_pi
+        + entropy_mu
+    )
+
+
+def update_alpha(alpha, rho):
+    """Empirical Bayes for alpha: Newton on E_q[log Dir(pi | alpha)] (as in LDA, [2]_).
+
+    f(alpha) = log Gamma(K alpha) - K log Gamma(alpha) + (alpha - 1) S, with
+    S = sum_k E[log pi_k], is concave; :data:`ALPHA_NEWTON_STEPS` Newton steps in alpha,
+    each halved until f does not decrease and alpha stays in :data:`ALPHA_RANGE`.
+
+    Parameters
+    ----------
+    alpha : scalar
+    rho : jax.Array of shape (K,)
+
+    Returns
+    -------
+    jax.Array
+        The new alpha (f never decreases).
+    """
+    e_log_pi = _e_log_pi(rho)
+    k = rho.shape[-1]
+    total = jnp.sum(e_log_pi)
+    low, high = ALPHA_RANGE
+
+    def f(a):
+        return _alpha_terms(a, e_log_pi)
+
+    def body(_, a):
+        grad = k * digamma(k * a) - k * digamma(a) + total
+        hess = k * k * polygamma(1, k * a) - k * polygamma(1, a)
+        step = -grad / hess
+        lengths = 0.5 ** jnp.arange(40, dtype=jnp.float64)
+        cand = a + lengths * step
+        ok = (cand >= low) & (cand <= high) & (f(cand) >= f(a))
+        first = jnp.argmax(ok)
+        return jnp.where(jnp.any(ok), cand[first], a)
+
+    return jax.lax.fori_loop(0, ALPHA_NEWTON_STEPS, body, jnp.asarray(alpha, jnp.float64))
+
+
+def update_mu0_c0(mean_mu, d: int):
+    """Empirical Bayes for (mu0, C0): the vMF maximum likelihood of the E_q[mu_k].
+
+    sum_k E_q[log vMF(mu_k | mu0, C0)] = K log C_d(C0) + C0 mu0 . M with M = sum_k E[mu_k]:
+    mu0 = M / |M| and A_d(C0) = |M| / K (:func:`bayesvmf._mixture.solve_kappa`, capped at
+    :data:`C0_MAX`).
+
+    Parameters
+    ----------
+    mean_mu : jax.Array of shape (K, d)
+        E_q[mu_k] = A_d(gamma_k) psi_k.
+    d : int
+        Dimension (static).
+
+    Returns
+    -------
+    mu0 : jax.Array of shape (d,)
+    C0 : jax.Array
+    """
+    total = jnp.sum(mean_mu, axis=0)
+    norm = jnp.linalg.norm(total)
+    mu0 = total / jnp.maximum(norm, jnp.finfo(jnp.float64).tiny)
+    c0, _ = _mixture.solve_kappa(d, norm / mean_mu.shape[0], C0_MAX)
+    return mu0, c0
+
+
+def update_m_s2(kappa: KappaMoments):
+    """Empirical Bayes for (m, s2): the normal MLE of log kappa_k under q.
+
+    m = mean_k E[log kappa_k]; s2 = mean_k (Var[log kappa_k] + (E[log kappa_k] - m)^2)
+    (floored at :data:`S2_MIN`).
+    """
+    m = jnp.mean(kappa.mean_log_kappa)
+    s2 = jnp.mean(kappa.var_log_kappa + (kappa.mean_log_kappa - m) ** 2)
+    return m, jnp.maximum(s2, S2_MIN)
+
+
+# --------------------------------------------------------------------------------------------
+# One iteration
+# --------------------------------------------------------------------------------------------
+
+
+def _update_mu(resultant, mean_kappa, priors: Priors):
+    """q(mu_k) = vMF(psi_k, gamma_k) with R_k = E[kappa_k] r_k + C0 mu0 (sec. 3.1.1)."""
+    natural = mean_kappa[:, None] * resultant + priors.C0 * priors.mu0
+    gamma = jnp.linalg.norm(natural, axis=-1)
+    tiny = jnp.finfo(jnp.float64).tiny
+    # gamma = 0 (an empty component under a uniform prior): q(mu_k) is uniform, psi arbitrary
+    psi = jnp.where(gamma[:, None] > tiny, natural / jnp.maximum(gamma, tiny)[:, None], priors.mu0)
+    return psi, gamma
+
+
+def _update_kappa(key, kappa: KappaMoments, weight, dot, priors: Priors, cfg):
+    scheme, d, num_samples, num_warmup, num_steps = cfg
+    if scheme == "sampling":
+        return _kappa.kappa_sampling_update(
+            key,
+            kappa.state,
+            weight,
+            dot,
+            priors.m,
+            priors.s2,
+            d=d,
+            num_samples=num_samples,
+            num_warmup=num_warmup,
+        )
+    moments, _ = _kappa.kappa_bounding_update(
+        kappa.state, weight, dot, priors.m, priors.s2, d=d, num_steps=num_steps
+    )
+    return moments, jnp.ones_like(weight)
+
+
+def _log_resp_unnormalised(data, post: Posterior, a_gamma):
+    """Return E log pi_k + E log C_d(kappa_k) + E[kappa_k] x_i . E[mu_k] (log lambda_ik + c)."""
+    mean_mu = (a_gamma * post.kappa.mean_kappa)[:, None] * post.psi
+    return _mixture.data_dot(data, mean_mu.T) + post.kappa.mean_log_c + _e_log_pi(post.rho)
+
+
+def _statistics(data, log_resp):
+    resp = jnp.exp(log_resp)
+    resultant, resp_sum = _mixture.resultants(data, resp)
+    return Statistics(resultant, resp_sum, -jnp.sum(xlogy(resp, resp)))
+
+
+def _iteration(s: VIState, data, cfg, empirical_bayes):
+    """One coordinate-ascent cycle of one run (module docstring)."""
+    d = data.shape[1]
+    n = data.shape[0]
+    stats, priors = s.stats, s.priors
+    rho = priors.alpha + stats.resp_sum
+    psi, gamma = _update_mu(stats.resultant, s.post.kappa.mean_kappa, priors)
+    a_gamma = special.mean_resultant_length(d, gamma)
+    dot = a_gamma * jnp.sum(psi * stats.resultant, axis=-1)
+    kappa, accept = _update_kappa(s.key, s.post.kappa, stats.resp_sum, dot, priors, cfg)
+    # empirical Bayes is a traced switch, so fits with and without it share one program
+    mu0, c0 = update_mu0_c0(a_gamma[:, None] * psi, d)
+    m, s2 = update_m_s2(kappa)
+    updated = Priors(update_alpha(priors.alpha, rho), mu0, c0, m, s2)
+    priors = jax.tree_util.tree_map(
+        lambda new, old: jnp.where(empirical_bayes, new, old), updated, priors
+    )
+    post = Posterior(rho, psi, gamma, kappa)
+    wlp = _log_resp_unnormalised(data, post, a_gamma)
+    log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
+    stats = _statistics(data, log_resp)
+    bound = elbo(post, stats, priors, d, a_gamma) / n
+    return post, stats, priors, bound, accept
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps"),
+    compiler_options=_mixture.JIT_OPTIONS,
+)
+def vi_step(
+    state: VIState,
+    data,
+    tol,
+    max_iter,
+    empirical_bayes,
+    *,
+    scheme: str,
+    num_samples: int,
+    num_warmup: int,
+    num_steps: int,
+):
+    """Run one VI iteration of every active run of a batch (module docstring).
+
+    Runs that converged or reached ``max_iter`` are returned unchanged.
+
+    Jitted once per (data shape, batch size, scheme, static sizes); the numbers ``tol``,
+    ``max_iter``, ``empirical_bayes`` and the priors are traced, so nothing recompiles across
+    iterations, restarts or fits that differ only in those.
+
+    Parameters
+    ----------
+    state : VIState
+        Batch of B runs.
+    data : DenseData or SparseData
+    tol : float64 scalar
+        Convergence threshold on the change of the bound per row.
+    max_iter : int64 scalar
+    empirical_bayes : bool scalar
+        Update the priors (sec. 3.1.3) at this iteration (traced).
+    scheme : {"sampling", "bounding"} (static)
+    num_samples, num_warmup : int (static)
+        MH draws and warm-up per kappa update (sampling).
+    num_steps : int (static)
+        Ascent steps per kappa update (bounding).
+
+    Returns
+    -------
+    state : VIState
+    any_active : jax.Array of bool
+        Whether some run still needs iterations.
+    """
+    _mixture.count_trace("bayesian.vi_step")
+    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps)
+
+    def one(s: VIState):
+        active = (~s.converged) & (s.n_iter < max_iter)
+        post, stats, priors, bound, accept = _iteration(s, data, cfg, empirical_bayes)
+        n_iter = s.n_iter + 1
+        converged = jnp.abs(bound - s.bound) <= tol
+        new = VIState(post, stats, priors, s.key, bound, accept, n_iter, converged)
+        out = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
+        return out, active & ~converged & (n_iter < max_iter)
+
+    new_state, active = jax.vmap(one)(state)
+    return new_state, jnp.any(active)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
+)
+def _init_labels(keys, data, n_components: int, init: str):
+    """Crisp labels of every restart: closest seed by cosine (random rows or k-means++)."""
+    _mixture.count_trace("bayesian.init_labels")
+
+    def one(key):
+        mu = _mixture.INIT_METHODS[init](key, data, n_components)
+        return jnp.argmax(_mixture.data_dot(data, mu.T), axis=1)
+
+    return jax.vmap(one)(keys)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("n_components", "scheme"), compiler_options=_mixture.JIT_OPTIONS
+)
+def _init_state(labels, keys, data, priors: Priors, n_components: int, scheme: str):
+    """VIState of every restart from its crisp labels (B, n).
+
+    q(z) is the one-hot labels; q(kappa) starts at the classical per-component estimate
+    (A_d(kappa_k) = |r_k| / N_k), exp(m) for an empty component; q(pi), q(mu) are set by the
+    first iteration.
+    """
+    _mixture.count_trace("bayesian.init_state")
+    d = data.shape[1]
+
+    def one(lab, key, pri):
+        resp = jax.nn.one_hot(lab, n_components, dtype=jnp.float64)
+        stats = Statistics(*_mixture.resultants(data, resp), jnp.zeros((), jnp.float64))
+        rbar = jnp.linalg.norm(stats.resultant, axis=-1) / jnp.maximum(stats.resp_sum, 1.0)
+        kappa0, _ = _mixture.solve_kappa(d, rbar, C0_MAX)
+        kappa0 = jnp.where((stats.resp_sum > 0) & (kappa0 > 0), kappa0, jnp.exp(pri.m))
+        kstate = _kappa.initial_kappa_state(kappa0, scheme)
+        moments = KappaMoments(
+            mean_kappa=kappa0,
+            mean_log_c=_mixture.log_normalizer(d, kappa0),
+            mean_log_kappa=jnp.log(kappa0),
+            var_log_kappa=jnp.full_like(kappa0, 0.01),
+            state=kstate,
+        )
+        post = Posterior(
+            rho=pri.alpha + stats.resp_sum,
+            psi=jnp.zeros((n_components, d), jnp.float64),
+            gamma=jnp.zeros(n_components, jnp.float64),
+            kappa=moments,
+        )
+        return VIState(
+            post,
+            stats,
+            pri,
+            key,
+            jnp.array(-jnp.inf, jnp.float64),
+            jnp.ones(n_components),
+            jnp.zeros((), jnp.int64),
+            jnp.zeros((), bool),
+        )
+
+    return jax.vmap(one)(labels, keys, priors)
+
+
+@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+def _weighted_log_resp(data, rho, psi, gamma, mean_kappa, mean_log_c):
+    _mixture.count_trace("bayesian.log_resp")
+    kappa = KappaMoments(mean_kappa, mean_log_c, mean_log_c, mean_log_c, mean_log_c)
+    a_gamma = special.mean_resultant_length(data.shape[1], gamma)
+    return _log_resp_unnormalised(data, Posterior(rho, psi, gamma, kappa), a_gamma)
+
+
+@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+def _log_predictive(data, rho, psi, gamma, kappa_draws, log_draw_weights):
+    """Log posterior predictive per row (:meth:`BayesianVMFMixture.score_samples`)."""
+    _mixture.count_trace("bayesian.log_predictive")
+    d = data.shape[1]
+    cosines = _mixture.data_dot(data, psi.T)  # (n, K)
+    kappa = kappa_draws[:, None, :]  # (S, 1, K)
+    norm_sq = kappa**2 + gamma**2 + 2.0 * kappa * gamma * cosines[None]
+    norm = jnp.sqrt(jnp.maximum(norm_sq, 0.0))
+    log_c = _mixture.log_normalizer(d, jnp.append(kappa_draws, gamma[None], axis=0))
+    terms = (
+        log_c[:-1, None, :]
+        + log_c[-1]
+        - _mixture.log_normalizer(d, norm)
+        + log_draw_weights[:, None, None]
+        + jnp.log(rho / jnp.sum(rho))
+    )
+    return logsumexp(terms, axis=(0, 2))
+
+
+# --------------------------------------------------------------------------------------------
+# The estimator
+# --------------------------------------------------------------------------------------------
+
+
+class _InitOption(NamedTuple):
+    def check(self, value) -> bool:
+        if isinstance(value, str):
+            return value in ("random", "spherical-kmeans++")
+        return isinstance(value, np.ndarray | list | tuple | jax.Array)
+
+    def describe(self) -> str:
+        return "'random', 'spherical-kmeans++' or an int array of initial labels (n_samples,)"
+
+
+class _OptionalFloat(NamedTuple):
+    inner: _mixture.Interval
+
+    def check(self, value) -> bool:
+        return value is None or self.inner.check(value)
+
+    def describe(self) -> str:
+        return "None or " + self.inner.describe()
+
+
+class BayesianVMFMixture(_mixture.BaseVMFMixture):
+    r"""Bayesian mixture of von Mises-Fisher distributions (B-vMFmix, Gopal & Yang [1]_).
+
+    pi ~ Dir(alpha), mu_k ~ vMF(mu0, C0), kappa_k ~ LogNormal(m, s2), z_i ~ Cat(pi),
+    x_i ~ vMF(mu_{z_i}, kappa_{z_i}). Variational inference (sec. 3.1.1) with empirical Bayes
+    (sec. 3.1.3), or collapsed Gibbs sampling (sec. 3.1.2). Dense or scipy.sparse input;
+    sparse input stays sparse.
+
+    Parameters
+    ----------
+    n_components : int, default 1
+        K.
+    inference : {"vi", "gibbs"}, default "vi"
+    kappa_update : {"sampling", "bounding"}, default "sampling"
+        The q(kappa) scheme of VI (:mod:`bayesvmf.models.bayesian._kappa`). "sampling":
+        ``kappa_num_samples`` MH draws from the conditional of eq. (1) per iteration (the
+        paper's method); the bound is then a Monte Carlo estimate (below). "bounding":
+        q(kappa_k) log-normal fitted to a guaranteed lower bound; the bound never decreases.
+    alpha : float, default 1.0
+        Symmetric Dirichlet parameter (> 0).
+    mu0 : None or array of shape (n_features,), default None
+        Prior mean direction; None: the direction of the mean of the rows.
+    C0 : float, default 1.0
+        Prior concentration of the mu_k (>= 0; 0 is the uniform prior).
+    m : None or float, default None
+        Prior mean of log kappa_k; None: log of the shared-kappa estimate of the initial
+        clustering of the first restart (A_d(kappa) = sum_k |r_k| / n, the classical
+        vMFmix M-step of sec. 2 of [1]_).
+    s2 : float, default 1.0
+        Prior variance of log kappa_k (> 0).
+    empirical_bayes : bool, default True
+        VI: update alpha, mu0, C0, m, s2 at every iteration to maximise the bound.
+    init : {"random", "spherical-kmeans++"} or int array of shape (n_samples,)
+        Initial assignments: each row to its closest seed (K random rows, or spherical
+        k-means++ seeds) by cosine, one set per restart; or the given labels (every component
+        must be used), the same for every restart and chain, so that several methods can
+        start from identical assignments.
+    n_init : int, default 1
+        VI restarts, run side by side (vmapped); the one with the largest bound is kept.
+    max_iter : int, default 100
+    tol : float, default 1e-6
+        Convergence threshold on the change of the bound per row.
+    num_chains, num_warmup, num_samples : int, default 2, 200, 200
+        Gibbs chains and sweeps.
+    kappa_num_samples, kappa_num_warmup : int, default 50, 20
+        VI sampling scheme: retained and discarded MH draws per iteration.
+    kappa_num_steps : int, default 5
+        VI bounding scheme: ascent steps on q(kappa) per iteration.
+    predictive_draws : int, default 64
+        Number of draws of q(kappa) behind :meth:`score_samples` and :meth:`to_arviz`
+        (sampling scheme; the bounding scheme's log-normal uses Gauss-Hermite quadrature).
+    normalize : bool, default True
+        Rescale rows to unit norm; with False, non-unit rows raise a ValueError.
+    random_state : None, int or jax key, default None
+    progress_bar : bool, default False
+
+    Attributes
+    ----------
+    weights_ : ndarray of shape (n_components,)
+        E_q[pi] = rho / sum(rho).
+    mean_directions_ : ndarray of shape (n_components, n_features)
+        psi_k, the mode of q(mu_k) (E_q[mu_k] = A_d(gamma_k) psi_k).
+    concentrations_ : ndarray of shape (n_components,)
+        E_q[kappa_k].
+    weight_concentration_, mean_direction_concentration_ : ndarray of shape (n_components,)
+        rho and gamma.
+    kappa_mean_log_, kappa_var_log_, kappa_mean_log_c_ : ndarray of shape (n_components,)
+        E_q[log kappa_k], Var_q[log kappa_k], E_q[log C_d(kappa_k)] (the scheme's).
+    kappa_draws_, kappa_draw_log_weights_ : ndarray of shape (S, K), (S,)
+        The representation of q(kappa) used by :meth:`score_samples`: ``predictive_draws``
+        MH draws with equal weights (sampling) or Gauss-Hermite nodes and weights (bounding).
+    kappa_accept_rate_ : ndarray of shape (n_components,)
+        MH acceptance of the last kappa update (sampling scheme).
+    alpha_, mu0_, C0_, m_, s2_ : the prior values at the end (updated by empirical Bayes)
+    lower_bounds_ : ndarray of shape (n_iter_,)
+        The variational bound per row after each iteration (the kept restart). With
+        ``kappa_update="sampling"`` it is a Monte Carlo estimate (the E_q[kappa],
+        E_q[log C_d(kappa)] terms are averages of MH draws; the q(kappa) entropy is that of
+        the log-normal with the draws' mean and variance of log kappa), so it is noisy and
+        not guaranteed to increase. The MH draws use the same key at every iteration (common
+        random numbers), so the noise is frozen and the iteration can converge.
+    lower_bound_ : float
+    n_iter_ : int
+    converged_ : bool
+    run_lower_bounds_ : ndarray of shape (n_init,)
+    n_features_in_ : int
+    gibbs_* , rhat_kappa_ : Gibbs fits only (:func:`._gibbs.fit_gibbs`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bayesvmf.models.bayesian._bvmf import BayesianVMFMixture
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.vstack([rng.normal([5, 0, 0], 1, (30, 3)), rng.normal([0, 5, 0], 1, (30, 3))])
+    >>> model = BayesianVMFMixture(
+    ...     2, kappa_update="bounding", empirical_bayes=False, random_state=0
+    ... ).fit(X)
+    >>> sorted(np.bincount(model.predict(X)).tolist())
+    [30, 30]
+    """
+
+    _parameter_constraints = {
+        **{
+            k: v
+            for k, v in _mixture.BaseVMFMixture._parameter_constraints.items()
+            if k != "verbose"
+        },
+        "inference": _mixture.Options(("vi", "gibbs")),
+        "kappa_update": _mixture.Options(_kappa.SCHEMES),
+        "alpha": _mixture.Interval(float, 0.0, None, low_open=True),
+        "C0": _mixture.Interval(float, 0.0, None),
+        "m": _OptionalFloat(_mixture.Interval(float, None, None)),
+        "s2": _mixture.Interval(float, 0.0, None, low_open=True),
+        "empirical_bayes": _mixture.Boolean(),
+        "init": _InitOption(),
+        "num_chains": _mixture.Interval(int, 1, None),
+        "num_warmup": _mixture.Interval(int, 0, None),
+        "num_samples": _mixture.Interval(int, 1, None),
+        "kappa_num_samples": _mixture.Interval(int, 2, None),
+        "kappa_num_warmup": _mixture.Interval(int, 0, None),
+        "kappa_num_steps": _mixture.Interval(int, 1, None),
+        "predictive_draws": _mixture.Interval(int, 1, None),
+        "progress_bar": _mixture.Boolean(),
+    }
+
+    _fitted_attributes = _mixture.BaseVMFMixture._fitted_attributes + (
+        "weight_concentration_",
+        "mean_direction_concentration_",
+        "kappa_mean_log_",
+        "kappa_var_log_",
+        "kappa_mean_log_c_",
+        "kappa_draws_",
+        "kappa_draw_log_weights_",
+        "kappa_accept_rate_",
+        "alpha_",
+        "mu0_",
+        "C0_",
+        "m_",
+        "s2_",
+        "lower_bounds_",
+        "run_lower_bounds_",
+        "gibbs_kappa_",
+        "gibbs_counts_",
+        "gibbs_log_joint_",
+        "gibbs_resultants_",
+        "gibbs_accept_rate_",
+        "gibbs_priors_",
+        "rhat_kappa_",
+    )
+
+    def __init__(
+        self,
+        n_components: int = 1,
+        *,
+        inference: str = "vi",
+        kappa_update: str = "sampling",
+        alpha: float = 1.0,
+        mu0=None,
+        C0: float = 1.0,
+        m: float | None = None,
+        s2: float = 1.0,
+        empirical_bayes: bool = True,
+        init="spherical-kmeans++",
+        n_init: int = 1,
+        max_iter: int = 100,
+        tol: float = 1e-6,
+        num_chains: int = 2,
+        num_warmup: int = 200,
+        num_samples: int = 200,
+        kappa_num_samples: int = 50,
+        kappa_num_warmup: int = 20,
+        kappa_num_steps: int = 5,
+        predictive_draws: int = 64,
+        normalize: bool = True,
+        random_state=None,
+        progress_bar: bool = False,
+    ):
+        self.n_components = n_components
+        self.inference = inference
+        self.kappa_update = kappa_update
+        self.alpha = alpha
+        self.mu0 = mu0
+        self.C0 = C0
+        self.m = m
+        self.s2 = s2
+        self.empirical_bayes = empirical_bayes
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.num_chains = num_chains
+        self.num_warmup = num_warmup
+        self.num_samples = num_samples
+        self.kappa_num_samples = kappa_num_samples
+        self.kappa_num_warmup = kappa_num_warmup
+        self.kappa_num_steps = kappa_num_steps
+        self.predictive_draws = predictive_draws
+        self.normalize = normalize
+        self.random_state = random_state
+        self.progress_bar = progress_bar
+
+    def get_params(self, deep: bool = True) -> dict:
+        """Return the constructor arguments; array-valued ``init``/``mu0`` as lists (saveable)."""
+        params = super().get_params(deep)
+        for name in ("init", "mu0"):
+            if isinstance(params[name], np.ndarray | jax.Array):
+                params[name] = np.asarray(params[name]).tolist()
+        return params
+
+    # ---- input resolution -------------------------------------------------------------------
+
+    def _check_labels(self, n: int) -> np.ndarray:
+        """Validate an array ``init`` (n,) of labels; never modifies it."""
+        labels = np.asarray(self.init)
+        name = f"{type(self).__name__}: init"
+        if labels.ndim != 1 or labels.shape[0] != n:
+            raise ValueError(
+                f"{name} must be a 1-D array of {n} labels (one per row of X); got shape "
+                f"{labels.shape}."
+            )
+        if labels.dtype.kind not in "iu":
+            if (
+                labels.dtype.kind != "f"
+                or not np.all(np.isfinite(labels))
+                or np.any(labels != np.round(labels))
+            ):
+                raise ValueError(f"{name} must hold integer labels; got dtype {labels.dtype}.")
+        labels = labels.astype(np.int64)
+        bad = np.flatnonzero((labels < 0) | (labels >= self.n_components))
+        if bad.size:
+            raise ValueError(
+                f"{name} labels must be in [0, {self.n_components}); row {bad[0]} has label "
+                f"{labels[bad[0]]}."
+            )
+        counts = np.bincount(labels, minlength=self.n_components)
+        empty = np.flatnonzero(counts == 0)
+        if empty.size:
+            raise ValueError(
+                f"{name}: component {empty[0]} has no row (every one of the "
+                f"{self.n_components} components needs at least one initial row)."
+            )
+        return labels
+
+    def _resolve_mu0(self, data) -> np.ndarray:
+        d = data.shape[1]
+        if self.mu0 is None:
+            total = np.asarray(_mixture.data_tdot(data, jnp.ones((data.shape[0], 1))))[:, 0]
+            norm = np.linalg.norm(total)
+            return total / norm if norm > 0 else np.eye(d)[0]
+        mu0 = np.array(self.mu0, dtype=np.float64, copy=True)
+        name = f"{type(self).__name__}: mu0"
+        if mu0.shape != (d,):
+            raise ValueError(f"{name} must have shape ({d},) (n_features); got {mu0.shape}.")
+        norm = np.linalg.norm(mu0)
+        if not np.all(np.isfinite(mu0)) or norm == 0:
+            raise ValueError(f"{name} must be a finite nonzero vector; got norm {norm}.")
+        return mu0 / norm
+
+    def _resolve(self, data, rng_key):
+        """Return (priors, initial labels (B, n), B) with B = n_init (VI) or num_chains."""
+        n, d = data.shape
+        batch = self.n_init if self.inference == "vi" else self.num_chains
+        # user input first, so that bad values fail before anything is compiled
+        user_labels = None if isinstance(self.init, str) else self._check_labels(n)
+        mu0 = self._resolve_mu0(data)
+        if user_labels is None:
+            keys = jax.random.split(rng_key, batch)
+            labels = np.asarray(_init_labels(keys, data, int(self.n_components), self.init))
+        else:
+            labels = np.broadcast_to(user_labels, (batch, n))
+        if self.m is None:
+            resp = jax.nn.one_hot(jnp.asarray(labels[0]), self.n_components, dtype=jnp.float64)
+            resultant, _ = _mixture.resultants(data, resp)
+            rbar = float(jnp.sum(jnp.linalg.norm(resultant, axis=-1))) / n
+            kappa, _ = _mixture.solve_kappa(d, rbar, C0_MAX)
+            m = float(np.log(max(float(kappa), 1e-3)))
+        else:
+            m = float(self.m)
+        # float64, not weakly typed: the priors updated by empirical Bayes must keep the
+        # types of the first call, or the step would be traced twice
+        values = (self.alpha, mu0, self.C0, m, self.s2)
+        priors = Priors(*(jnp.asarray(v, jnp.float64) for v in values))
+        return priors, labels
+
+    # ---- fitting ----------------------------------------------------------------------------
+
+    def _fit(self, data, rng_key) -> None:
+        key_init, key_fit = jax.random.split(rng_key)
+        priors, labels = self._resolve(data, key_init)
+        if self.inference == "gibbs":
+            from bayesvmf.models.bayesian import _gibbs
+
+            _gibbs.fit_gibbs(self, data, key_fit, priors, labels)
+            return
+        self._fit_vi(data, key_fit, priors, labels)
+
+    def _fit_vi(self, data, rng_key, priors: Priors, labels: np.ndarray) -> None:
+        batch = labels.shape[0]
+        key_mh, key_draws = jax.random.split(rng_key)
+        keys = jax.random.split(key_mh, batch)
+        batch_priors = jax.tree_util.tree_map(
+            lambda a: jnp.broadcast_to(a, (batch, *jnp.shape(a))), priors
+        )
+        state = _init_state(
+            jnp.asarray(labels), keys, data, batch_priors, int(self.n_components), self.kappa_update
+        )
+        static = dict(
+            scheme=self.kappa_update,
+            num_samples=int(self.kappa_num_samples),
+            num_warmup=int(self.kappa_num_warmup),
+            num_steps=int(self.kappa_num_steps),
+        )
+        tol, max_iter = np.float64(self.tol), np.int64(self.max_iter)
+        empirical_bayes = np.bool_(self.empirical_bayes)
+        history = []
+        progress = None
+        if self.progress_bar:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=self.max_iter, desc=f"VI ({batch} restarts)", leave=False)
+        try:
+            active = self.max_iter > 0
+            while active:
+                state, any_active = vi_step(state, data, tol, max_iter, empirical_bayes, **static)
+                history.append(np.asarray(state.bound))
+                active = bool(any_active)
+                if progress is not None:
+                    progress.update(1)
+        finally:
+            if progress is not None:
+                progress.close()
+        self._set_from_batch(state, history, data, key_draws)
+
+    def _set_from_batch(self, state: VIState, history, data, rng_key) -> None:
+        bounds = np.asarray(state.bound)
+        best = int(np.argmax(np.where(np.isfinite(bounds), bounds, -np.inf)))
+        run = jax.tree_util.tree_map(lambda a: a[best], state)
+        n_iter = int(run.n_iter)
+        post = run.post
+        rho = np.asarray(post.rho)
+        self.weight_concentration_ = rho
+        self.weights_ = rho / rho.sum()
+        self.mean_directions_ = np.asarray(post.psi)
+        self.mean_direction_concentration_ = np.asarray(post.gamma)
+        self.concentrations_ = np.asarray(post.kappa.mean_kappa)
+        self.kappa_mean_log_ = np.asarray(post.kappa.mean_log_kappa)
+        self.kappa_var_log_ = np.asarray(post.kappa.var_log_kappa)
+        self.kappa_mean_log_c_ = np.asarray(post.kappa.mean_log_c)
+        self.kappa_accept_rate_ = np.asarray(run.accept_rate)
+        self.alpha_ = float(run.priors.alpha)
+        self.mu0_ = np.asarray(run.priors.mu0)
+        self.C0_ = float(run.priors.C0)
+        self.m_ = float(run.priors.m)
+        self.s2_ = float(run.priors.s2)
+        self.lower_bounds_ = np.array([h[best] for h in history[:n_iter]], dtype=np.float64)
+        self.lower_bound_ = float(bounds[best])
+        self.run_lower_bounds_ = bounds
+        self.n_iter_ = n_iter
+        self.converged_ = bool(run.converged)
+        self._set_kappa_draws(run, data, rng_key)
+        if not self.converged_ and self.max_iter > 0:
+            noisy = (
+                " The sampling scheme's bound is a Monte Carlo estimate: a larger "
+                "kappa_num_samples lowers its noise."
+                if self.kappa_update == "sampling"
+                else ""
+            )
+            warnings.warn(
+                f"{type(self).__name__}: the best of {len(bounds)} runs did not converge "
+                f"within max_iter={self.max_iter} iterations (tol={self.tol}); increase "
+                f"max_iter or tol.{noisy}",
+                ConvergenceWarning,
+                stacklevel=5,
+            )
+
+    def _set_kappa_draws(self, run: VIState, data, rng_key) -> None:
+        """Represent the final q(kappa) by weighted draws (score_samples, to_arviz)."""
+        d = data.shape[1]
+        kappa = run.post.kappa
+        if self.kappa_update == "bounding":
+            nodes, weights = np.polynomial.hermite.hermgauss(HERMITE_NODES)
+            a, b = np.asarray(kappa.mean_log_kappa), np.asarray(kappa.var_log_kappa)
+            self.kappa_draws_ = np.exp(a[None] + np.sqrt(2.0 * b)[None] * nodes[:, None])
+            self.kappa_draw_log_weights_ = np.log(weights / np.sqrt(np.pi))
+            return
+        # the conditional of eq. (1) at the final q(mu), q(z), priors
+        psi, gamma = run.post.psi, run.post.gamma
+        dot = special.mean_resultant_length(d, gamma) * jnp.sum(psi * run.stats.resultant, axis=-1)
+        draws, _ = _kappa.kappa_sampling_draws(
+            rng_key,
+            kappa.state,
+            run.stats.resp_sum,
+            dot,
+            run.priors.m,
+            run.priors.s2,
+            d=d,
+            num_samples=int(self.predictive_draws),
+            num_warmup=int(self.kappa_num_warmup),
+        )
+        self.kappa_draws_ = np.exp(np.asarray(draws))
+        self.kappa_draw_log_weights_ = np.full(
+            int(self.predictive_draws), -np.log(self.predictive_draws)
+        )
+
+    def _n_parameters(self) -> int:
+        """K - 1 weights, K (d - 1) directions and K concentrations (as the classical mixture)."""
+        self._check_is_fitted()
+        k, d = np.shape(self.mean_directions_)
+        return (k - 1) + k * (d - 1) + k
+
+    # ---- prediction -------------------------------------------------------------------------
+
+    def _estimate_weighted_log_prob(self, data) -> jax.Array:
+        """Log lambda_ik + const at the posterior: E log pi_k + E log C_d + E[kappa_k] x . E[mu_k].
+
+        For a Gibbs fit: the plug-in log weights_ + log vMF(x | mean_directions_,
+        concentrations_).
+        """
+        if self.inference == "gibbs":
+            return super()._estimate_weighted_log_prob(data)
+        with jax.enable_x64(True):
+            return _weighted_log_resp(
+                data,
+                jnp.asarray(self.weight_concentration_),
+                jnp.asarray(self.mean_directions_),
+                jnp.asarray(self.mean_direction_concentration_),
+                jnp.asarray(self.concentrations_),
+                jnp.asarray(self.kappa_mean_log_c_),
+            )
+
+    def score_samples(self, X) -> np.ndarray:
+        r"""Return the held-out log posterior predictive density of each row.
+
+        VI: with q(pi), q(mu_k) integrated exactly and q(kappa_k) by its draws,
+
+        .. math::
+
+            \log p(x \mid X) \approx \log \sum_k \frac{\rho_k}{\sum_j \rho_j}
+                \sum_s w_s \frac{C_d(\kappa_{sk})\, C_d(\gamma_k)}
+                {C_d(\lVert \kappa_{sk} x + \gamma_k \psi_k \rVert)},
+
+        since :math:`\int \mathrm{vMF}(x \mid \mu, \kappa)\, \mathrm{vMF}(\mu \mid \psi,
+        \gamma)\, d\mu = C_d(\kappa) C_d(\gamma) / C_d(\lVert\kappa x + \gamma\psi\rVert)` and
+        :math:`E_q[\pi_k] = \rho_k / \sum_j \rho_j`. The kappa draws are ``kappa_draws_``:
+        ``predictive_draws`` MH draws from the final conditional of eq. (1) with weights
+        1/S (sampling scheme: a Monte Carlo average over q(kappa) only), or the
+        :data:`HERMITE_NODES` Gauss-Hermite nodes of the log-normal q(kappa) (bounding
+        scheme: a quadrature). A logsumexp over (k, s). Gibbs:
+        :func:`._gibbs.gibbs_score_samples`.
+
+        Parameters
+        ----------
+        X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        with jax.enable_x64(True):
+            data = self._device_data(X)
+            if self.inference == "gibbs":
+                from bayesvmf.models.bayesian import _gibbs
+
+                return np.asarray(_gibbs.gibbs_score_samples(self, data))
+            return np.asarray(
+                _log_predictive(
+                    data,
+                    jnp.asarray(self.weight_concentration_),
+                    jnp.asarray(self.mean_directions_),
+                    jnp.asarray(self.mean_direction_concentration_),
+                    jnp.asarray(self.kappa_draws_),
+                    jnp.asarray(self.kappa_draw_log_weights_),
+                )
+            )
+
+    def to_arviz(self, num_draws: int = 100, random_state=0):
+        """Return posterior draws as ``arviz.InferenceData``.
+
+        VI: ``num_draws`` independent draws from q (one chain): ``mu`` ~ q(mu_k) = vMF(psi_k,
+        gamma_k) (dims ``component``, ``feature``), ``kappa`` ~ q(kappa_k) (log-normal for
+        bounding, resampled from ``kappa_draws_`` for sampling) and ``weights`` ~ Dir(rho)
+        (dim ``component``), with dims ``chain`` (one) and ``draw``; the final bound per row is in
+        ``attrs["lower_bound"]``. Gibbs:
+        :func:`._gibbs.gibbs_to_arviz`.
+
+        Parameters
+        ----------
+        num_draws : int, default 100
+        random_state : None, int or jax key, default 0
+
+        Returns
+        -------
+        arviz.InferenceData
+        """
+        import arviz as az
+
+        from bayesvmf.distribution import VonMisesFisher
+
+        self._check_is_fitted()
+        if self.inference == "gibbs":
+            from bayesvmf.models.bayesian import _gibbs
+
+            return _gibbs.gibbs_to_arviz(self)
+        if not _mixture.Interval(int, 1, None).check(num_draws):
+            raise ValueError(f"num_draws must be an int >= 1; got {num_draws!r}.")
+        k, d = np.shape(self.mean_directions_)
+        with jax.enable_x64(True):
+            key_mu, key_kappa, key_pi = jax.random.split(_mixture.make_key(random_state), 3)
+            dist = VonMisesFisher(
+                jnp.asarray(self.mean_directions_), jnp.asarray(self.mean_direction_concentration_)
+            )
+            mu = np.asarray(dist.sample(key_mu, (num_draws,)))
+            if self.kappa_update == "bounding":
+                noise = np.asarray(jax.random.normal(key_kappa, (num_draws, k)))
+                kappa = np.exp(self.kappa_mean_log_ + np.sqrt(self.kappa_var_log_) * noise)
+            else:
+                pick = np.asarray(
+                    jax.random.randint(key_kappa, (num_draws, k), 0, self.kappa_draws_.shape[0])
+                )
+                kappa = np.take_along_axis(np.asarray(self.kappa_draws_), pick, axis=0)
+            weights = np.asarray(
+                jax.random.dirichlet(key_pi, jnp.asarray(self.weight_concentration_), (num_draws,))
+            )
+        return az.from_dict(
+            posterior={"mu": mu[None], "kappa": kappa[None], "weights": weights[None]},
+            coords={"component": np.arange(k), "feature": np.arange(d)},
+            dims={"mu": ["component", "feature"], "kappa": ["component"], "weights": ["component"]},
+            attrs={
+                "inference": "vi",
+                "kappa_update": self.kappa_update,
+                "lower_bound": float(self.lower_bound_),
+            },
+        )
