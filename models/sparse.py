@@ -44,15 +44,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf import _mixture, criteria
+from bayesvmf import _mixture, _parallel, criteria
 from bayesvmf._mixture import Status
 
 __all__ = [
     "EMState",
     "init_state",
+    "init_state_from_labels",
     "fresh_state",
     "m_step",
     "run_em",
+    "OnlineStats",
+    "online_em_step",
     "SparseVMFMixture",
     "SparsePath",
     "SparseSelection",
@@ -141,9 +144,9 @@ def soft_threshold_directions(resultant, kappa, beta):
     return mu, norm
 
 
-def penalised_bound(log_norm, mu, beta):
-    """Return eq. (11) divided by n, from the per-row log densities ``log_norm``."""
-    return (jnp.sum(log_norm) - beta * jnp.sum(jnp.abs(mu))) / log_norm.shape[0]
+def penalised_bound(log_likelihood, mu, beta, n_samples: int):
+    """Return eq. (11) divided by n, from the total log-likelihood (eq. (9)) of n rows."""
+    return (log_likelihood - beta * jnp.sum(jnp.abs(mu))) / n_samples
 
 
 def _status(resp_sum, rho, collapsed, norm=None):
@@ -252,7 +255,9 @@ def em_step(state: EMState, data, beta, kappa_max, tol, max_iter, *, shared_kapp
     ----------
     state : EMState
         Batch of B runs.
-    data : DenseData or SparseData
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+        Row blocks on a mesh of devices run the data pass on every device's rows and add
+        the statistics over devices (``psum``); the M-step runs replicated.
     beta, kappa_max, tol : float64 scalars
     max_iter : int64 scalar
     shared_kappa : bool (static)
@@ -264,13 +269,26 @@ def em_step(state: EMState, data, beta, kappa_max, tol, max_iter, *, shared_kapp
         Whether some run did an M-step (the caller loops until it is False).
     """
     _mixture.count_trace("sparse.em_step")
-    n_features = data.shape[1]
+    # sharded data (RowBlocks on a mesh): the body runs on every device's block of rows,
+    # the E-step statistics are summed over devices (psum), the M-step runs replicated
+    return _parallel.map_blocks(
+        functools.partial(_em_step_body, shared_kappa=shared_kappa),
+        (state, beta, kappa_max, tol, max_iter),
+        data,
+    )
+
+
+def _em_step_body(args, data, *, shared_kappa: bool):
+    """Body of :func:`em_step` on plain data or on one block of rows (see map_blocks)."""
+    state, beta, kappa_max, tol, max_iter = args
+    n_samples, n_features = data.shape
 
     def one(s: EMState):
         log_c = _mixture.log_normalizer(n_features, s.kappa)
-        log_resp, log_norm = _mixture.e_step(data, s.log_weights, s.mu, s.kappa, log_c)
-        resultant, resp_sum = _mixture.resultants(data, jnp.exp(log_resp))
-        bound = penalised_bound(log_norm, s.mu, beta)
+        resultant, resp_sum, log_likelihood = _parallel.e_statistics(
+            data, s.log_weights, s.mu, s.kappa, log_c
+        )
+        bound = penalised_bound(log_likelihood, s.mu, beta, n_samples)
         healthy = s.status == Status.OK
         converged = s.converged | (
             (~s.converged) & healthy & (s.n_iter > 0) & (jnp.abs(bound - s.bound) <= tol)
@@ -286,7 +304,7 @@ def em_step(state: EMState, data, beta, kappa_max, tol, max_iter, *, shared_kapp
             kappa=jnp.where(update, new_kappa, s.kappa),
             resultant=resultant,
             bound=bound,
-            log_likelihood=jnp.sum(log_norm),
+            log_likelihood=log_likelihood,
             n_iter=s.n_iter + update.astype(s.n_iter.dtype),
             converged=converged,
             status=jnp.where(active, new_status, s.status),
@@ -306,14 +324,20 @@ def _init_batch(keys, data, kappa_max, n_components, init, shared_kappa):
     """Seeds, crisp statistics and parameters of every restart (Algorithm 4 of [1]_)."""
     _mixture.count_trace("sparse.init")
 
-    def one(key):
-        mu = _mixture.INIT_METHODS[init](key, data, n_components)
-        resultant, resp_sum = _mixture.crisp_statistics(data, mu)
-        rho = _rho(mu, resultant, resp_sum, shared_kappa)
-        kappa, collapsed = _mixture.solve_kappa(data.shape[1], rho, kappa_max)
-        return _log_weights(resp_sum), mu, kappa, _status(resp_sum, rho, collapsed)
+    def batch(args, data):
+        keys, kappa_max = args
 
-    return jax.vmap(one)(keys)
+        def one(key):
+            mu = _parallel.INIT_METHODS[init](key, data, n_components)
+            resultant, resp_sum = _parallel.crisp_statistics(data, mu)
+            rho = _rho(mu, resultant, resp_sum, shared_kappa)
+            kappa, collapsed = _mixture.solve_kappa(data.shape[1], rho, kappa_max)
+            return _log_weights(resp_sum), mu, kappa, _status(resp_sum, rho, collapsed)
+
+        return jax.vmap(one)(keys)
+
+    # sharded data: seeds and crisp statistics from every device's rows (see em_step)
+    return _parallel.map_blocks(batch, (keys, kappa_max), data)
 
 
 def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa_max):
@@ -333,6 +357,90 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
         keys, data, np.float64(kappa_max), int(n_components), init, bool(shared_kappa)
     )
     return fresh_state(log_weights, mu, kappa, status)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("n_components", "shared_kappa"), compiler_options=_mixture.JIT_OPTIONS
+)
+def _init_from_labels(data, labels, kappa_max, n_components, shared_kappa):
+    """Parameters of the crisp partition ``labels``: the M-step of eqs. (20), (21), (23)."""
+    _mixture.count_trace("sparse.init_labels")
+    resp = jax.nn.one_hot(labels, n_components, dtype=jnp.float64)
+    resultant, resp_sum = _mixture.resultants(data, resp)
+    norm = jnp.linalg.norm(resultant, axis=-1)
+    mu = resultant / jnp.maximum(norm, jnp.finfo(jnp.float64).tiny)[:, None]
+    rho = _rho(mu, resultant, resp_sum, shared_kappa)
+    kappa, collapsed = _mixture.solve_kappa(data.shape[1], rho, kappa_max)
+    return _log_weights(resp_sum), mu, kappa, _status(resp_sum, rho, collapsed, norm)
+
+
+def init_state_from_labels(data, labels, *, n_components, shared_kappa, kappa_max):
+    """Initialise one run from a given partition (the same start for several estimators).
+
+    alpha_k are the cluster proportions, mu_k the normalised cluster resultants and kappa_k
+    solves eq. (21) (shared: eq. (27)) with these crisp responsibilities: the M-step of
+    Algorithm 2 of [1]_ applied to the partition.
+
+    Parameters
+    ----------
+    data : DenseData or SparseData
+    labels : ndarray of int, shape (n_samples,)
+        Checked labels in ``[0, n_components)``, every component used.
+
+    Returns
+    -------
+    EMState
+        A batch of one run.
+    """
+    parts = _init_from_labels(
+        data,
+        jnp.asarray(labels, jnp.int32),
+        np.float64(kappa_max),
+        int(n_components),
+        bool(shared_kappa),
+    )
+    return fresh_state(*(a[None] for a in parts[:3]), parts[3][None])
+
+
+def _check_init_labels(init, n_samples: int, n_components: int) -> np.ndarray:
+    """Validate an ``init`` label array against the data; return it as int64."""
+    labels = np.asarray(init)
+    if labels.dtype.kind not in "iu":
+        raise ValueError(f"init labels must be integers, got an array of dtype {labels.dtype}")
+    if labels.shape != (n_samples,):
+        raise ValueError(
+            f"init labels must have shape (n_samples,) = ({n_samples},), got shape {labels.shape}"
+        )
+    bad = (labels < 0) | (labels >= n_components)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"init labels must be in [0, n_components={n_components}); row {row} has label "
+            f"{labels[row]}"
+        )
+    counts = np.bincount(labels, minlength=n_components)
+    if (counts == 0).any():
+        raise ValueError(
+            f"init labels leave component {int(np.flatnonzero(counts == 0)[0])} empty; every "
+            f"one of the n_components={n_components} components needs at least one row"
+        )
+    return labels.astype(np.int64)
+
+
+class _InitOption(NamedTuple):
+    """``init``: one of the seeding methods, or a 1-D array of integer labels."""
+
+    values: tuple
+
+    def check(self, value) -> bool:
+        """Return whether ``value`` names a method or is an array (checked in ``fit``)."""
+        if isinstance(value, str):
+            return value in self.values
+        return isinstance(value, list | tuple | np.ndarray | jax.Array)
+
+    def describe(self) -> str:
+        """Describe the constraint in words (label arrays are described when checked)."""
+        return "one of " + ", ".join(repr(v) for v in self.values)
 
 
 def fresh_state(log_weights, mu, kappa, status=None) -> EMState:
@@ -390,6 +498,115 @@ def run_em(
             progress.update(1)
 
 
+class OnlineStats(NamedTuple):
+    """Running sufficient statistics of stepwise (online) EM, per row of data.
+
+    Attributes
+    ----------
+    resp_sum : jax.Array of shape (K,)
+        Running average of tau_ik over the rows seen (N_k / n).
+    resultant : jax.Array of shape (K, d)
+        Running average of tau_ik x_i (r_k / n, eq. (23)).
+    """
+
+    resp_sum: jax.Array
+    resultant: jax.Array
+
+
+@functools.partial(
+    jax.jit, static_argnames=("shared_kappa",), compiler_options=_mixture.JIT_OPTIONS
+)
+def online_em_step(
+    stats: OnlineStats,
+    log_weights,
+    mu,
+    kappa,
+    data,
+    step_size,
+    n_samples,
+    beta,
+    kappa_max,
+    *,
+    shared_kappa: bool,
+):
+    r"""One step of stepwise (online) EM on a chunk of rows (Cappé & Moulines 2009).
+
+    With :math:`\bar s(\text{chunk})` the E-step statistics of the chunk at the current
+    parameters averaged over its m rows, :math:`(\sum_i \tau_{ik}, \sum_i \tau_{ik} x_i) / m`,
+    the running statistics move by the step size :math:`\rho_t`,
+
+    .. math::
+
+        s_t = (1 - \rho_t)\, s_{t-1} + \rho_t\, \bar s(\text{chunk}),
+
+    and the parameters are the M-step of batch EM (:func:`m_step`: eqs. (20)-(22) of [1]_,
+    the same function) applied to the statistics of ``n_samples`` rows, ``n_samples * s_t``
+    (the scale only matters for the l1 penalty: eq. (11) weighs beta against n rows). A
+    degenerate M-step keeps the incoming parameters and reports its status.
+
+    Parameters
+    ----------
+    stats : OnlineStats
+    log_weights, mu, kappa : jax.Array of shapes (K,), (K, d), (K,)
+        Current parameters (one run, no batch axis).
+    data : bayesvmf._parallel.RowBlocks
+        The chunk (padded; sharded over devices or not).
+    step_size, n_samples, beta, kappa_max : float64 scalars
+        rho_t, the number of rows the penalty is weighed against, the penalty, the cap.
+    shared_kappa : bool (static)
+
+    Returns
+    -------
+    stats : OnlineStats
+    log_weights, mu, kappa : jax.Array
+        The new parameters.
+    status : jax.Array of int64
+        :class:`Status` of the M-step.
+    log_likelihood : jax.Array
+        Total log-likelihood (eq. (9)) of the chunk at the incoming parameters.
+    """
+    _mixture.count_trace("sparse.online_em_step")
+    args = (stats, log_weights, mu, kappa, step_size, n_samples, beta, kappa_max)
+    return _parallel.map_blocks(
+        functools.partial(_online_body, shared_kappa=shared_kappa), args, data
+    )
+
+
+def _online_body(args, data, *, shared_kappa: bool):
+    """Body of :func:`online_em_step` on plain data or on one block of rows."""
+    stats, log_weights, mu, kappa, step_size, n_samples, beta, kappa_max = args
+    m, d = data.shape
+    log_c = _mixture.log_normalizer(d, kappa)
+    resultant, resp_sum, log_likelihood = _parallel.e_statistics(
+        data, log_weights, mu, kappa, log_c
+    )
+    new = OnlineStats(
+        resp_sum=(1.0 - step_size) * stats.resp_sum + step_size * resp_sum / m,
+        resultant=(1.0 - step_size) * stats.resultant + step_size * resultant / m,
+    )
+    new_lw, new_mu, new_kappa, status = _m_step(
+        n_samples * new.resultant, n_samples * new.resp_sum, kappa, beta, kappa_max, shared_kappa
+    )
+    ok = status == Status.OK
+    return (
+        new,
+        jnp.where(ok, new_lw, log_weights),
+        jnp.where(ok, new_mu, mu),
+        jnp.where(ok, new_kappa, kappa),
+        status,
+        log_likelihood,
+    )
+
+
+class _OnlineState(NamedTuple):
+    """What ``partial_fit`` carries between calls (device arrays)."""
+
+    stats: OnlineStats
+    log_weights: jax.Array
+    mu: jax.Array
+    kappa: jax.Array
+
+
 def _take(state: EMState, i: int) -> EMState:
     """Run ``i`` of a batch, keeping a batch axis of length 1."""
     return EMState(*(a[i : i + 1] for a in state))
@@ -421,9 +638,12 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         Maximal number of EM iterations per run.
     tol : float, default 1e-6
         Convergence threshold on the change of the penalised log-likelihood per row.
-    init : {"random", "spherical-kmeans++"}, default "random"
+    init : {"random", "spherical-kmeans++"} or array of int of shape (n_samples,), default "random"
         "random" is Algorithm 4 of [1]_ (K distinct rows, crisp assignment); the other seeds
-        by spherical k-means++.
+        by spherical k-means++. An array of labels in ``[0, K)`` (every component used)
+        starts EM from that partition (its M-step, see :func:`init_state_from_labels`), so
+        that several estimators can start from the same assignments; ``n_init`` is then
+        ignored (one run).
     kappa_max : float, default 1e6
         Concentration cap (appendix B of [1]_); reaching it marks the run as collapsed.
     normalize : bool, default True
@@ -434,6 +654,18 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
     random_state : None, int or jax key, default None
     verbose : bool, default False
         Show a progress bar.
+    devices : None, int or list of jax devices, default None
+        Data-parallel fits (DESIGN.md section 6): the rows of X are split into one equal
+        block per device (``jax.sharding``; padding rows carry weight 0), every device
+        computes the E-step statistics of its rows (counts, resultants, log-likelihood),
+        which are summed with ``psum``; the M-step runs replicated. The result equals the
+        one-device fit to floating-point accuracy. An int n means the first n of
+        ``jax.devices()``; None is the default device. ``fit``, ``fit_predict`` and
+        ``partial_fit`` shard; ``predict``, ``score`` etc. run on the default device.
+    learning_decay : float in (0.5, 1], default 0.7
+        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`.
+    learning_offset : float >= 0, default 1.0
+        The offset tau of those step sizes.
 
     Attributes
     ----------
@@ -454,6 +686,11 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
     run_statuses_, run_lower_bounds_ : ndarray of shape (n_init,)
         Status and penalised bound of every restart.
     n_features_in_ : int
+    n_samples_seen_, n_steps_ : int
+        After :meth:`partial_fit`: rows received and online steps done after the first call.
+        There, ``n_iter_`` counts the EM iterations of the first call plus one per call,
+        ``converged_`` is that of the first call's batch fit, and ``log_likelihood_`` and
+        ``lower_bound_`` are those of the last chunk at the parameters it was given.
 
     Examples
     --------
@@ -470,9 +707,12 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         **_mixture.BaseVMFMixture._parameter_constraints,
         "beta": _mixture.Interval(float, 0.0, None),
         "shared_kappa": _mixture.Boolean(),
-        "init": _mixture.Options(("random", "spherical-kmeans++")),
+        "init": _InitOption(("random", "spherical-kmeans++")),
         "kappa_max": _mixture.Interval(float, 0.0, None, low_open=True),
         "dtype": _mixture.Options(("float64", "mixed")),
+        "devices": _parallel.DevicesOption(),
+        "learning_decay": _mixture.Interval(float, 0.5, 1.0, low_open=True),
+        "learning_offset": _mixture.Interval(float, 0.0, None),
     }
 
     _fitted_attributes = _mixture.BaseVMFMixture._fitted_attributes + (
@@ -498,6 +738,9 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         dtype: str = "float64",
         random_state=None,
         verbose: bool = False,
+        devices=None,
+        learning_decay: float = 0.7,
+        learning_offset: float = 1.0,
     ):
         self.n_components = n_components
         self.beta = beta
@@ -511,6 +754,9 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
+        self.devices = devices
+        self.learning_decay = learning_decay
+        self.learning_offset = learning_offset
 
     # ---- fitting ------------------------------------------------------------------------
 
@@ -533,23 +779,172 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             progress=progress,
         )
 
-    def _fit(self, data, rng_key) -> None:
-        state = init_state(
-            rng_key,
-            data,
-            n_components=self.n_components,
-            n_init=self.n_init,
-            init=self.init,
-            shared_kappa=self.shared_kappa,
-            kappa_max=float(self.kappa_max),
-        )
-        progress = self._progress(self.max_iter, f"EM ({self.n_init} restarts)")
+    def _fit(self, data, rng_key, beta: float | None = None) -> None:
+        if isinstance(self.init, str):
+            state = init_state(
+                rng_key,
+                data,
+                n_components=self.n_components,
+                n_init=self.n_init,
+                init=self.init,
+                shared_kappa=self.shared_kappa,
+                kappa_max=float(self.kappa_max),
+            )
+        else:
+            labels = _check_init_labels(self.init, data.shape[0], self.n_components)
+            state = init_state_from_labels(
+                data,
+                labels,
+                n_components=self.n_components,
+                shared_kappa=self.shared_kappa,
+                kappa_max=float(self.kappa_max),
+            )
+        progress = self._progress(self.max_iter, f"EM ({state.mu.shape[0]} restarts)")
         try:
-            state = self._run(state, data, self.beta, progress)
+            state = self._run(state, data, self.beta if beta is None else beta, progress)
         finally:
             if progress is not None:
                 progress.close()
         self._set_from_batch(state)
+
+    def _blocks(self, Xc, bucket: bool = False) -> _parallel.RowBlocks:
+        """Return checked data as row blocks: one per device of ``devices``, padded."""
+        if not isinstance(self.init, str):
+            raise ValueError(
+                "init as an array of labels cannot be combined with devices= or partial_fit; "
+                "use init='random' or 'spherical-kmeans++' there."
+            )
+        devices = _parallel.resolve_devices(self.devices)
+        return _parallel.row_blocks(Xc, self._product_dtype(), devices=devices, bucket=bucket)
+
+    def fit_predict(self, X, y=None) -> np.ndarray:
+        """Fit the model and return the cluster of each row (eq. (35) of [1]_).
+
+        With ``devices`` the rows are sharded over the devices for the whole fit and the
+        final E-step (see the class docstring). Ends with one E-step at the final
+        parameters, so the result equals ``fit(X).predict(X)``. Forgets any earlier
+        :meth:`partial_fit` state.
+
+        Parameters
+        ----------
+        X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
+        y : ignored
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        self._online = None
+        if self.devices is None:
+            return super().fit_predict(X, y)
+        self._validate_params()
+        Xc = self._check_input(X, reset=True)
+        with jax.enable_x64(True):
+            data = self._blocks(Xc)
+            self._fit(data, _mixture.make_key(self.random_state))
+            run = self._best_state
+            wlp = _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
+        return np.argmax(wlp, axis=1)
+
+    def partial_fit(self, X, y=None, *, n_samples: int | None = None) -> SparseVMFMixture:
+        """Update the model with one chunk of rows: stepwise (online) EM.
+
+        Online EM of Cappé & Moulines [3]_, as the stepwise EM of Liang & Klein [4]_: the
+        chunk's E-step statistics, averaged per row, move running statistics by a step
+        rho_t = (t + ``learning_offset``)^(-``learning_decay``) for the t-th update
+        (a in (0.5, 1] makes sum rho_t infinite and sum rho_t^2 finite, the conditions of
+        the convergence proof), and the parameters are the batch M-step (eqs. (20)-(22) of
+        [1]_, the same function, any beta >= 0) of the running statistics; see
+        :func:`online_em_step`. The first call initialises from the first chunk: a batch fit
+        of it (``n_init`` restarts, ``max_iter``, ``tol``; it needs at least
+        ``n_components`` rows; its penalty is beta m / n for the m rows of the chunk standing
+        for n rows), whose statistics start the running averages (rho = 1).
+
+        Chunks are padded to a few bucket sizes (rows and nnz, at most 41% padding, weight
+        0), so a stream of similar chunks compiles a few programs and then none. With
+        ``devices`` each chunk is sharded over the devices. :func:`bayesvmf.streaming.fit_streaming`
+        feeds the chunks of a corpus stored as ``.npz`` files.
+
+        Parameters
+        ----------
+        X : array-like or scipy.sparse matrix of shape (n_chunk, n_features)
+        y : ignored
+        n_samples : int or None, default None
+            Number of rows the l1 penalty is weighed against (eq. (11) penalises the sum
+            over n rows): the size of the corpus the chunks come from, as
+            :func:`bayesvmf.streaming.fit_streaming` passes it. None uses the rows seen so
+            far, ``n_samples_seen_`` (an endless stream). Irrelevant when beta = 0.
+
+        Returns
+        -------
+        self
+
+        References
+        ----------
+        .. [3] O. Cappé and E. Moulines, "On-line expectation-maximization algorithm for
+           latent data models", J. R. Stat. Soc. B 71 (2009) 593-613.
+        .. [4] P. Liang and D. Klein, "Online EM for unsupervised models", NAACL-HLT 2009.
+        """
+        online = getattr(self, "_online", None)
+        first = online is None
+        if first:
+            self._validate_params()
+        if n_samples is not None and not _mixture.Interval(int, 1, None).check(n_samples):
+            raise ValueError(f"n_samples must be None or an int >= 1; got {n_samples!r}.")
+        Xc = self._check_input(X, reset=first)
+        n_seen = (0 if first else self.n_samples_seen_) + Xc.shape[0]
+        weight_rows = n_seen if n_samples is None else n_samples
+        with jax.enable_x64(True):
+            data = self._blocks(Xc, bucket=True)
+            if first:
+                # the chunk's rows stand for weight_rows rows: scale the penalty accordingly
+                chunk_beta = self.beta * Xc.shape[0] / weight_rows
+                self._fit(data, _mixture.make_key(self.random_state), beta=chunk_beta)
+                run = self._best_state
+                k, d = run.mu.shape[1:]
+                online = _OnlineState(
+                    OnlineStats(jnp.zeros(k, jnp.float64), jnp.zeros((k, d), jnp.float64)),
+                    jnp.asarray(run.log_weights[0]),
+                    jnp.asarray(run.mu[0]),
+                    jnp.asarray(run.kappa[0]),
+                )
+                self.n_samples_seen_, self.n_steps_, step_size = 0, 0, 1.0
+            else:
+                self.n_steps_ += 1
+                step_size = (self.n_steps_ + self.learning_offset) ** (-self.learning_decay)
+            self.n_samples_seen_ = n_seen
+            stats, log_weights, mu, kappa, status, log_likelihood = online_em_step(
+                *online,
+                data,
+                np.float64(step_size),
+                np.float64(weight_rows),
+                np.float64(self.beta),
+                np.float64(self.kappa_max),
+                shared_kappa=bool(self.shared_kappa),
+            )
+            self._online = _OnlineState(stats, log_weights, mu, kappa)
+            mu_host = np.asarray(mu)
+        weights = np.exp(np.asarray(log_weights))
+        self.weights_ = weights / weights.sum()
+        self.mean_directions_ = mu_host
+        self.concentrations_ = np.asarray(kappa)
+        self.status_ = int(status)
+        self.sparsity_ = float(np.mean(mu_host == 0))
+        # of this chunk, at the parameters before the update
+        self.log_likelihood_ = float(log_likelihood)
+        self.lower_bound_ = (
+            self.log_likelihood_ - self.beta * float(np.abs(np.asarray(online.mu)).sum())
+        ) / Xc.shape[0]
+        self.n_iter_ += 1
+        if self.status_ != Status.OK:
+            warnings.warn(
+                f"{type(self).__name__}.partial_fit: the M-step of this chunk degenerated ("
+                f"{_mixture.describe_status(self.status_)}); the previous parameters are kept. "
+                "Try larger chunks, a smaller beta or shared_kappa=True.",
+                _mixture.DegenerateRunWarning,
+                stacklevel=2,
+            )
+        return self
 
     def _set_from_batch(self, state: EMState) -> int:
         """Keep the best healthy run (largest penalised bound); warn about the others."""

@@ -1,0 +1,466 @@
+"""Row blocks of the data: data-parallel statistics over devices and padded streaming chunks.
+
+The EM of a vMF mixture touches the data only through its sufficient statistics: the counts
+N_k = sum_i tau_ik, the resultants r_k = sum_i tau_ik x_i (eq. (23) of [1]_) and the total
+log-likelihood sum_i log p(x_i) (eq. (9)). These are sums over rows, so rows can be split
+into blocks, each block's partial sums computed where the block lives, and the partial sums
+added (DESIGN.md section 6). :class:`RowBlocks` holds data split into equal row blocks:
+
+* with a ``jax.sharding.Mesh`` (``devices=`` of the estimators), one block per device: the
+  arrays are sharded along their first axis (``NamedSharding(mesh, P("rows"))``), the data
+  pass runs under ``jax.shard_map`` and the partial statistics are reduced with
+  ``jax.lax.psum``; everything else (the M-step) runs replicated on every device;
+* without a mesh, one padded block (the chunks of ``partial_fit``): chunk sizes are rounded
+  up to a few bucket sizes, so a stream of chunks of varying size and nnz reuses a handful
+  of compiled programs instead of compiling one per chunk.
+
+Blocks have equal shapes. Dense blocks are padded with zero rows. Sparse (CSR) blocks are
+padded with empty rows, and their nnz is padded with explicit zeros stored in the block's
+last row (value 0.0 at column 0, which adds exactly 0.0 to both products). Every padding
+row has row weight 0, and the statistics multiply the responsibilities and the per-row
+log-densities by the row weights, so padding never touches counts, resultants, weights or
+the likelihood. Padding rows only ever sit after the real rows: global row i is row
+``i % block_rows`` of block ``i // block_rows``.
+
+References
+----------
+.. [1] F. Rossi and F. Barbaro, "Mixture of von Mises-Fisher distribution with sparse
+   prototypes", Neurocomputing (journal version of the ESANN 2021 paper).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from bayesvmf import _mixture
+from bayesvmf._mixture import DenseData, SparseData
+
+__all__ = [
+    "AXIS",
+    "RowBlocks",
+    "DevicesOption",
+    "resolve_devices",
+    "make_mesh",
+    "bucket_size",
+    "row_blocks",
+    "map_blocks",
+    "n_rows",
+    "e_statistics",
+    "select_rows",
+    "crisp_statistics",
+    "init_random_rows",
+    "init_spherical_kmeanspp",
+    "INIT_METHODS",
+    "weighted_log_prob",
+]
+
+#: Name of the mesh axis the rows are sharded over.
+AXIS = "rows"
+
+
+@jax.tree_util.register_pytree_node_class
+class RowBlocks:
+    """Data split into equal, padded row blocks, with a weight (1 or 0) per row.
+
+    Parameters
+    ----------
+    data : DenseData or SparseData
+        The blocks' arrays concatenated along their first axis (dense rows; CSR ``indptr``,
+        ``cols``, ``values``; COO and column-sorted copies), so that splitting every array
+        into ``n_blocks`` equal parts gives the blocks. ``data.shape`` is the shape of
+        *one* block, ``(block_rows, n_features)``: it is what a device sees.
+    row_weight : jax.Array of shape (n_blocks * block_rows,)
+        1.0 for a real row, 0.0 for a padding row.
+    n_samples : int
+        Number of real rows (static).
+    mesh : jax.sharding.Mesh or None
+        One block per device of the mesh (static); None for a single local block.
+    axis_name : str or None
+        Set (to :data:`AXIS`) on the view of one block inside ``shard_map``: the statistics
+        of that block are then summed over the devices with ``psum``.
+    """
+
+    def __init__(self, data, row_weight, n_samples, mesh=None, axis_name=None):
+        self.data = data
+        self.row_weight = row_weight
+        self.n_samples = int(n_samples)
+        self.mesh = mesh
+        self.axis_name = axis_name
+
+    def tree_flatten(self):
+        """Flatten into the arrays (children) and the static sizes and mesh (aux data)."""
+        return (self.data, self.row_weight), (self.n_samples, self.mesh, self.axis_name)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        """Rebuild from :meth:`tree_flatten` output."""
+        return cls(*children, *aux)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(n_samples, n_features) of the real data (padding excluded)."""
+        return self.n_samples, self.data.shape[1]
+
+    @property
+    def block_rows(self) -> int:
+        """Rows per block, padding included."""
+        return self.data.shape[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Devices and layout
+# --------------------------------------------------------------------------------------------
+
+
+def resolve_devices(devices, name: str = "devices") -> list | None:
+    """Turn ``devices`` (None, an int n or a list of devices) into a device list or None.
+
+    An int means the first n of ``jax.devices()``.
+
+    Raises
+    ------
+    ValueError
+        If an int is out of range or a list is empty or holds a repeated device.
+    TypeError
+        If ``devices`` is of another type or a list holds something else than devices.
+    """
+    if devices is None:
+        return None
+    available = jax.devices()
+    if isinstance(devices, numbers.Integral) and not isinstance(devices, bool):
+        if not 1 <= int(devices) <= len(available):
+            raise ValueError(
+                f"{name}={devices!r}: asked for {int(devices)} devices, but JAX sees "
+                f"{len(available)} ({jax.default_backend()}); on CPU, set XLA_FLAGS="
+                "--xla_force_host_platform_device_count=N before importing jax."
+            )
+        return available[: int(devices)]
+    if isinstance(devices, list | tuple):
+        bad = [d for d in devices if not isinstance(d, jax.Device)]
+        if bad:
+            raise TypeError(f"{name} must hold jax devices; got {bad[0]!r}.")
+        if not devices:
+            raise ValueError(f"{name} is an empty list.")
+        if len(set(devices)) != len(devices):
+            raise ValueError(f"{name} holds a device twice: {list(devices)!r}.")
+        return list(devices)
+    raise TypeError(f"{name} must be None, an int or a list of jax devices; got {devices!r}.")
+
+
+class DevicesOption:
+    """Parameter constraint of ``devices=``: None, an int >= 1 or a list of jax devices.
+
+    Only the type is checked here (at ``fit``); :func:`resolve_devices` checks the value
+    against the devices JAX sees.
+    """
+
+    def check(self, value) -> bool:
+        """Return whether ``value`` has an acceptable type."""
+        if value is None:
+            return True
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value) >= 1
+        return isinstance(value, list | tuple) and all(isinstance(d, jax.Device) for d in value)
+
+    def describe(self) -> str:
+        """Describe the constraint in words."""
+        return "None, an int >= 1 (the first n of jax.devices()) or a list of jax devices"
+
+
+def make_mesh(devices) -> Mesh:
+    """Return a one-axis mesh (axis :data:`AXIS`) over ``devices`` (a list of devices)."""
+    return Mesh(np.asarray(devices, dtype=object), (AXIS,))
+
+
+def bucket_size(size: int, minimum: int = 8) -> int:
+    """Round ``size`` up to the next of minimum * 2^(j/2) (two buckets per power of two).
+
+    At most 41% padding, and a stream whose chunk sizes vary within a factor f compiles at
+    most about 2 log2(f) + 2 programs.
+    """
+    size = max(int(size), 1)
+    if size <= minimum:
+        return minimum
+    j = math.ceil(2 * math.log2(size / minimum) - 1e-9)
+    bucket = int(math.ceil(minimum * 2 ** (j / 2)))
+    return bucket if bucket >= size else int(math.ceil(minimum * 2 ** ((j + 1) / 2)))
+
+
+def _pad(a: np.ndarray, size: int, value) -> np.ndarray:
+    out = np.full((size, *a.shape[1:]), value, dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+def _sparse_block(block: sp.csr_matrix, rows: int, nnz: int, dtype, kernel: str):
+    """Arrays of one CSR block padded to ``rows`` rows and ``nnz`` entries (host NumPy)."""
+    n, d = block.shape
+    # padding entries: value 0 at (last row, column 0) in row order, (row 0, last column) in
+    # column order, so both orders stay sorted; they add exactly 0 to both products
+    values = _pad(block.data.astype(dtype), nnz, 0)
+    cols = _pad(block.indices.astype(np.int32), nnz, 0)
+    if kernel == "scipy":
+        indptr = _pad(block.indptr.astype(np.int32), rows + 1, block.nnz)
+        indptr[-1] = nnz  # the last row owns the padding entries
+        return {"cols": cols, "values": values, "indptr": indptr}
+    row_ids = np.repeat(np.arange(n, dtype=np.int32), np.diff(block.indptr))
+    csc = block.tocsc()
+    t_cols = np.repeat(np.arange(d, dtype=np.int32), np.diff(csc.indptr))
+    return {
+        "rows": _pad(row_ids, nnz, rows - 1),
+        "cols": cols,
+        "values": values,
+        "t_rows": _pad(csc.indices.astype(np.int32), nnz, 0),
+        "t_cols": _pad(t_cols, nnz, d - 1),
+        "t_values": _pad(csc.data.astype(dtype), nnz, 0),
+    }
+
+
+def _place(arrays: dict, mesh: Mesh | None) -> dict:
+    """Device arrays: sharded along the first axis over ``mesh``, or plain."""
+    if mesh is None:
+        return {k: jnp.asarray(v) for k, v in arrays.items()}
+    sharding = NamedSharding(mesh, P(AXIS))
+    # make_array_from_callback builds only the shards this process addresses (multi-host)
+    return {
+        k: jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])
+        for k, v in arrays.items()
+    }
+
+
+def row_blocks(
+    X, dtype=jnp.float64, *, devices=None, kernel: str = "auto", bucket: bool = False
+) -> RowBlocks:
+    """Split checked data (unit rows) into equal padded row blocks on the device(s).
+
+    Call it inside ``jax.enable_x64(True)`` for float64 values.
+
+    Parameters
+    ----------
+    X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
+        Validated data (the output of :func:`bayesvmf.data.check_directional`); not modified.
+    dtype : dtype, default float64
+        Dtype of the stored values (of the data products).
+    devices : list of jax devices or None
+        One block per device, sharded over a mesh of them; None: one local block.
+    kernel : {"auto", "scipy", "segment_sum"}
+        Sparse product kernel (:class:`bayesvmf._mixture.SparseData`).
+    bucket : bool, default False
+        Round the block rows and nnz up to :func:`bucket_size` (streaming chunks), so that
+        chunks of similar size share compiled programs.
+
+    Returns
+    -------
+    RowBlocks
+    """
+    n, d = X.shape
+    n_blocks = 1 if devices is None else len(devices)
+    mesh = None if devices is None else make_mesh(devices)
+    rows = -(-n // n_blocks)
+    if bucket:
+        rows = bucket_size(rows)
+    weight = (np.arange(n_blocks * rows) < n).astype(np.float64)
+    np_dtype = np.dtype(jnp.dtype(dtype).name)
+    if not sp.issparse(X):
+        dense = _pad(np.asarray(X, dtype=np_dtype), n_blocks * rows, 0)
+        placed = _place({"X": dense, "w": weight}, mesh)
+        return RowBlocks(DenseData(placed["X"]), placed["w"], n, mesh)
+    kernel = _mixture._resolve_kernel(kernel)
+    csr = sp.csr_matrix(X)
+    # an all-padding block (more devices than row blocks) is an empty (0, d) slice
+    blocks = [csr[b * rows : (b + 1) * rows] for b in range(n_blocks)]
+    nnz = max(max(blk.nnz for blk in blocks), 1)
+    if bucket:
+        nnz = bucket_size(nnz)
+    parts = [_sparse_block(blk, rows, nnz, np_dtype, kernel) for blk in blocks]
+    arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    placed = _place({**arrays, "w": weight}, mesh)
+    data = SparseData(
+        placed.get("rows"),
+        placed["cols"],
+        placed["values"],
+        placed.get("t_rows"),
+        placed.get("t_cols"),
+        placed.get("t_values"),
+        (rows, d),
+        placed.get("indptr"),
+        kernel,
+    )
+    return RowBlocks(data, placed["w"], n, mesh)
+
+
+def map_blocks(fn, replicated, data):
+    """Call ``fn(replicated, data)``, under ``shard_map`` when ``data`` is sharded.
+
+    With :class:`RowBlocks` on a mesh, ``fn`` runs once per device on the view of that
+    device's block (a :class:`RowBlocks` with ``axis_name`` set, so :func:`e_statistics`
+    and the other functions of this module sum over devices); ``replicated`` (a pytree) is
+    the same on every device, and so must be the outputs of ``fn`` (reduced statistics and
+    what is computed from them). Otherwise ``fn`` is called directly.
+    """
+    if not (isinstance(data, RowBlocks) and data.mesh is not None and data.axis_name is None):
+        return fn(replicated, data)
+    n_samples = data.n_samples
+
+    def local(replicated, block, weight):
+        return fn(replicated, RowBlocks(block, weight, n_samples, None, AXIS))
+
+    return jax.shard_map(
+        local,
+        mesh=data.mesh,
+        in_specs=(P(), P(AXIS), P(AXIS)),
+        out_specs=P(),
+        # the host callback of the "scipy" kernel carries no replication type
+        check_vma=False,
+    )(replicated, data.data, data.row_weight)
+
+
+def n_rows(data) -> int:
+    """Return the number of real rows of plain or blocked data."""
+    return data.shape[0]
+
+
+def _reduce(data, *values):
+    if isinstance(data, RowBlocks) and data.axis_name is not None:
+        return jax.lax.psum(values, data.axis_name)
+    return values
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics (traceable; call inside jit, through map_blocks for sharded data)
+# --------------------------------------------------------------------------------------------
+
+
+def e_statistics(data, log_weights, mu, kappa, log_c):
+    """E-step statistics of one run: r_k, N_k and the total log-likelihood (eqs. (9), (23)).
+
+    For plain data this is :func:`bayesvmf._mixture.e_step` followed by
+    :func:`bayesvmf._mixture.resultants` and the sum of the per-row log densities. For
+    :class:`RowBlocks` the responsibilities and log densities of padding rows are weighted
+    by 0, and on a device's block the three sums are added over devices (``psum``).
+
+    Returns
+    -------
+    resultant : jax.Array of shape (K, d)
+    resp_sum : jax.Array of shape (K,)
+    log_likelihood : jax.Array, scalar
+    """
+    if not isinstance(data, RowBlocks):
+        log_resp, log_norm = _mixture.e_step(data, log_weights, mu, kappa, log_c)
+        resultant, resp_sum = _mixture.resultants(data, jnp.exp(log_resp))
+        return resultant, resp_sum, jnp.sum(log_norm)
+    w = data.row_weight
+    log_resp, log_norm = _mixture.e_step(data.data, log_weights, mu, kappa, log_c)
+    resultant, resp_sum = _mixture.resultants(data.data, jnp.exp(log_resp) * w[:, None])
+    log_likelihood = jnp.sum(jnp.where(w > 0, log_norm, 0.0))
+    return _reduce(data, resultant, resp_sum, log_likelihood)
+
+
+def select_rows(data, idx: jax.Array) -> jax.Array:
+    """Return the rows ``X[idx]`` (global row numbers) as a dense float64 (len(idx), d) array."""
+    if not isinstance(data, RowBlocks):
+        return _mixture._rows(data, idx)
+    block = jax.lax.axis_index(data.axis_name) if data.axis_name is not None else 0
+    local = idx - block * data.block_rows
+    # one-hot columns of the rows this block holds (all-zero for the others): X_b.T @ onehot
+    onehot = jax.nn.one_hot(local, data.block_rows, dtype=jnp.float64).T
+    (rows,) = _reduce(data, _mixture.data_tdot(data.data, onehot).T)
+    return rows
+
+
+def crisp_statistics(data, mu: jax.Array):
+    """Crisp assignment to the closest seed and its statistics (Algorithm 4 of [1]_).
+
+    :func:`bayesvmf._mixture.crisp_statistics` with padding rows weighted by 0 and the sums
+    added over devices.
+    """
+    if not isinstance(data, RowBlocks):
+        return _mixture.crisp_statistics(data, mu)
+    labels = jnp.argmax(_mixture.data_dot(data.data, mu.T), axis=1)
+    resp = jax.nn.one_hot(labels, mu.shape[0], dtype=jnp.float64) * data.row_weight[:, None]
+    return _reduce(data, *_mixture.resultants(data.data, resp))
+
+
+def _gather_rows(data, values: jax.Array) -> jax.Array:
+    """Return the per-row ``values`` of all blocks in global row order, padding dropped."""
+    if data.axis_name is not None:
+        values = jax.lax.all_gather(values, data.axis_name, tiled=True)
+    return values[: data.n_samples]
+
+
+def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
+    """:func:`bayesvmf._mixture.init_random_rows` for plain or blocked data (same draws)."""
+    idx = jax.random.choice(rng_key, n_rows(data), (n_components,), replace=False)
+    return select_rows(data, idx)
+
+
+def init_spherical_kmeanspp(rng_key, data, n_components: int) -> jax.Array:
+    """:func:`bayesvmf._mixture.init_spherical_kmeanspp` for plain or blocked data.
+
+    The same keys and draws as on one device: the dissimilarities of all rows are gathered
+    (O(n) per seed) so that every device draws the same seed.
+    """
+    if not isinstance(data, RowBlocks):
+        return _mixture.init_spherical_kmeanspp(rng_key, data, n_components)
+    d = data.shape[1]
+    keys = jax.random.split(rng_key, n_components)
+    first = jax.random.randint(keys[0], (), 0, data.n_samples)
+    mu0 = select_rows(data, first[None])
+    mu = jnp.zeros((n_components, d), jnp.float64).at[0].set(mu0[0])
+    best = _gather_rows(data, _mixture.data_dot(data.data, mu0.T)[:, 0])
+
+    def body(k, carry):
+        mu, best = carry
+        dissim = jnp.clip(1.0 - best, 0.0, None)
+        logits = jnp.where(dissim.sum() > 0, jnp.log(dissim), jnp.zeros_like(dissim))
+        idx = jax.random.categorical(keys[k], logits)
+        row = select_rows(data, idx[None])
+        mu = mu.at[k].set(row[0])
+        cos = _gather_rows(data, _mixture.data_dot(data.data, row.T)[:, 0])
+        return mu, jnp.maximum(best, cos)
+
+    mu, _ = jax.lax.fori_loop(1, n_components, body, (mu, best))
+    return mu
+
+
+INIT_METHODS = {"random": init_random_rows, "spherical-kmeans++": init_spherical_kmeanspp}
+
+
+def weighted_log_prob(data: RowBlocks, log_weights, mu, kappa) -> np.ndarray:
+    """Log alpha_k + log f_k(x_i) of every real row of blocked data, as a host array (n, K)."""
+    with jax.enable_x64(True):
+        out = _blocked_weighted_log_prob(data, log_weights, mu, kappa)
+        if data.mesh is not None:
+            # every process gets every row (several hosts: shards of other processes too)
+            out = multihost_utils.process_allgather(out, tiled=True)
+        return np.asarray(out)[: data.n_samples]
+
+
+@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+def _blocked_weighted_log_prob(data, log_weights, mu, kappa):
+    _mixture.count_trace("parallel.weighted_log_prob")
+    params = (mu, kappa, _mixture.log_normalizer(data.shape[1], kappa), log_weights)
+
+    def local(params, block):
+        mu, kappa, log_c, log_weights = params
+        return _mixture.log_likelihood_matrix(block, mu, kappa, log_c) + log_weights
+
+    if data.mesh is None:
+        return local(params, data.data)
+    return jax.shard_map(
+        local,
+        mesh=data.mesh,
+        in_specs=(P(), P(AXIS)),
+        out_specs=P(AXIS),
+        check_vma=False,
+    )(params, data.data)

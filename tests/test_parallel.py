@@ -1,0 +1,187 @@
+"""Data-parallel fits (devices=) and the padded row blocks of bayesvmf._parallel."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from bayesvmf import _mixture, _parallel
+from bayesvmf.data import check_directional
+from bayesvmf.models import SparseVMFMixture
+
+# Run in a subprocess: XLA reads the forced device count when JAX is imported.
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import jax, numpy as np, scipy.sparse as sp
+    jax.config.update("jax_enable_x64", True)
+    from bayesvmf import _mixture, _parallel
+    from bayesvmf.data import check_directional
+    from bayesvmf.models import SparseVMFMixture
+
+    rng = np.random.default_rng(3)
+    n, d, K = 101, 30, 3  # odd n: the second device holds a padding row
+    centres = 4 * rng.normal(size=(K, d))
+    y = rng.integers(0, K, n)
+    X = check_directional(np.abs(centres[y] + rng.normal(size=(n, d))))
+    # sparse: zero out small entries, more of them in the first half (unequal nnz per shard)
+    cut = np.where(np.arange(n)[:, None] < n // 2, 0.2, 0.1)
+    Xs = check_directional(sp.csr_matrix(np.where(X > cut, X, 0)))
+    devices = jax.devices()[:2]
+    out = {"n_devices": len(jax.devices())}
+
+    def fit(data, devices, **kw):
+        m = SparseVMFMixture(K, n_init=2, tol=1e-10, devices=devices, **kw)
+        labels = m.fit_predict(data)
+        return {
+            "labels": labels.tolist(),
+            "weights": m.weights_.tolist(),
+            "mu": m.mean_directions_.tolist(),
+            "kappa": m.concentrations_.tolist(),
+            "lower_bound": m.lower_bound_,
+            "log_likelihood": m.log_likelihood_,
+            "n_iter": m.n_iter_,
+            "sparsity": m.sparsity_,
+        }
+
+    # whole fits, sparse input (the scipy kernel inside shard_map)
+    kw = dict(beta=40.0, random_state=1)
+    out["fit"] = {"one": fit(Xs, None, **kw), "two": fit(Xs, 2, **kw)}
+    before = dict(_mixture.TRACE_COUNTS)
+    again = fit(Xs, devices, beta=30.0, random_state=5)
+    out["retraced"] = {k: v - before.get(k, 0) for k, v in _mixture.TRACE_COUNTS.items()
+                       if v != before.get(k, 0)}
+    out["again_n_iter"] = again["n_iter"]
+
+    # the data-pass building blocks on both layouts: statistics, seeds (k-means++ gathers
+    # over devices), crisp statistics; dense input and both sparse kernels
+    mu = check_directional(rng.normal(size=(K, d)))
+    kappa, log_w = np.array([20.0, 50.0, 90.0]), np.log([0.2, 0.3, 0.5])
+    key = jax.random.key(7)
+
+    def pieces(args, data):
+        mu, kappa, log_c, log_w = args
+        seeds = {name: f(key, data, K) for name, f in _parallel.INIT_METHODS.items()}
+        return (_parallel.e_statistics(data, log_w, mu, kappa, log_c),
+                _parallel.crisp_statistics(data, mu), seeds)
+
+    run = jax.jit(lambda args, data: _parallel.map_blocks(pieces, args, data))
+    with jax.enable_x64(True):
+        args = (mu, kappa, np.asarray(_mixture.log_normalizer(d, kappa)), log_w)
+        for name, data, kernel in (("dense", X, "auto"), ("scipy", Xs, "scipy"),
+                                   ("segment_sum", Xs, "segment_sum")):
+            results = [run(args, _mixture.to_device(data, kernel=kernel)),
+                       run(args, _parallel.row_blocks(data, devices=devices, kernel=kernel))]
+            one, two = ([np.asarray(a).tolist() for a in jax.tree.leaves(r)] for r in results)
+            out[name] = {"one": one, "two": two}
+    json.dump(out, sys.stdout)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def two_devices():
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "JAX_PLATFORMS": "cpu",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_sharded_fit_equals_one_device(two_devices):
+    assert two_devices["n_devices"] == 2
+    one, two = two_devices["fit"]["one"], two_devices["fit"]["two"]
+    assert one["labels"] == two["labels"]
+    assert len(set(one["labels"])) == 3
+    assert one["n_iter"] == two["n_iter"] > 1
+    for key in ("weights", "mu", "kappa"):
+        np.testing.assert_allclose(two[key], one[key], rtol=1e-10, atol=1e-12, err_msg=key)
+    for key in ("lower_bound", "log_likelihood"):
+        np.testing.assert_allclose(two[key], one[key], rtol=1e-12, err_msg=key)
+    # the penalty acted, alike on both
+    assert one["sparsity"] == two["sparsity"] > 0
+
+
+def test_sharded_fits_do_not_recompile(two_devices):
+    # a new penalty, seed and device list (the same two devices): the same programs
+    assert two_devices["retraced"] == {}
+    assert two_devices["again_n_iter"] > 1
+
+
+@pytest.mark.parametrize("layout", ["dense", "scipy", "segment_sum"])
+def test_sharded_statistics_and_seeds_equal_one_device(two_devices, layout):
+    one, two = two_devices[layout]["one"], two_devices[layout]["two"]
+    assert len(one) == len(two) == 7  # r, N, log-lik; crisp r, N; two seed sets
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+    assert np.asarray(one[1]).sum() == pytest.approx(101)  # padding rows carry no weight
+
+
+# ---- in-process (one device) ---------------------------------------------------------------
+
+
+def _statistics(data, log_w, mu, kappa, log_c):
+    with jax.enable_x64(True):
+        fn = jax.jit(_parallel.e_statistics)
+        return [np.asarray(a) for a in fn(data, log_w, mu, kappa, log_c)]
+
+
+@pytest.mark.parametrize("kernel", ["scipy", "segment_sum"])
+def test_padding_rows_and_entries_change_nothing(rng, kernel):
+    dense = rng.random((13, 7)) * (rng.random((13, 7)) < 0.5)
+    dense[:, 0] += 0.1  # no all-zero row
+    X = check_directional(sp.csr_matrix(dense))
+    mu = check_directional(rng.normal(size=(3, 7)))
+    kappa, log_w = np.array([2.0, 5.0, 9.0]), np.log([0.2, 0.3, 0.5])
+    with jax.enable_x64(True):
+        log_c = np.asarray(_mixture.log_normalizer(7, kappa))
+        blocks = _parallel.row_blocks(X, kernel=kernel, bucket=True)
+        plain_dense = _mixture.to_device(X.toarray())
+    assert blocks.block_rows == 16 and blocks.data.nnz > X.nnz  # rows and nnz padded
+    got = _statistics(blocks, log_w, mu, kappa, log_c)
+    want = _statistics(plain_dense, log_w, mu, kappa, log_c)
+    # an independent reference for the likelihood: NumPy
+    wlp = X.toarray() @ mu.T * kappa + log_c + log_w
+    np.testing.assert_allclose(want[2], np.logaddexp.reduce(wlp, axis=1).sum(), rtol=1e-13)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-15)
+
+
+def test_bucket_sizes():
+    sizes = np.arange(1, 5000)
+    buckets = np.array([_parallel.bucket_size(s) for s in sizes])
+    assert (buckets >= sizes).all() and (np.diff(buckets) >= 0).all()
+    assert (buckets[sizes > 8] / sizes[sizes > 8]).max() <= 1.42
+    assert len(np.unique(buckets)) <= 2 * np.log2(5000 / 8) + 2
+
+
+def test_devices_argument_errors():
+    with pytest.raises(ValueError, match="devices=5: asked for 5 devices, but JAX sees 1"):
+        _parallel.resolve_devices(5)
+    with pytest.raises(TypeError, match="devices must hold jax devices; got 'cpu'"):
+        _parallel.resolve_devices(["cpu"])
+    with pytest.raises(ValueError, match="devices holds a device twice"):
+        _parallel.resolve_devices(jax.devices() * 2)
+    with pytest.raises(ValueError, match="devices is an empty list"):
+        _parallel.resolve_devices([])
+    assert _parallel.resolve_devices(1) == jax.devices()[:1]
+    with pytest.raises(ValueError, match="parameter 'devices' must be None, an int >= 1"):
+        SparseVMFMixture(2, devices="gpu").fit(np.eye(3))
+    with pytest.raises(ValueError, match="init as an array of labels cannot be combined"):
+        SparseVMFMixture(2, init=np.array([0, 1, 1]), devices=1).fit(np.eye(3))
