@@ -1,11 +1,18 @@
 """The command line and the README's example run as documented."""
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy.io
+import scipy.sparse
 
-from bayesvmf import cli, make_vmf_mixture
+from bayesvmf import cli, load, make_vmf_mixture
 from bayesvmf.models import SparseVMFMixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,3 +68,216 @@ def test_readme_sparse_example_runs():
     exec(compile(example, "README.md", "exec"), namespace)
     assert isinstance(namespace["best"], SparseVMFMixture)
     assert namespace["path"].betas[0] == 0.0
+
+
+def test_readme_datasets_example_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("BAYESVMF_CACHE", str(tmp_path))
+    namespace = {}
+    exec(compile(_readme_examples()[2], "README.md", "exec"), namespace)
+    assert namespace["corpus"].X.shape[0] == len(namespace["corpus"].y)
+    assert namespace["digits"].X.shape == (1797, 64)
+
+
+def test_readme_compare_example_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("BAYESVMF_CACHE", str(tmp_path))
+    example = _readme_examples()[3]
+    assert "seeds=range(5)" in example
+    example = example.replace("seeds=range(5)", "seeds=range(2)")  # fewer fits in the suite
+    namespace = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    table = namespace["table"]
+    assert table.names == ("vMF mixture", "shared kappa") and table.log_likelihood.shape == (2, 2)
+    # the README's reading of its table: free kappa predicts better, shared kappa clusters better
+    rows = table.rows()
+    assert rows[1]["difference"] < 0 and rows[1]["nmi"] > rows[0]["nmi"]
+
+
+# ---- end to end, by subprocess: one run per input format, a bad file, a bad option ----------
+
+
+def _blobs(n=90, d=8, k=3, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(k), n // k)
+    X = np.eye(d)[labels] + 0.15 * rng.standard_normal((n, d))
+    return X, labels
+
+
+TOPICS = {
+    "astronomy": "star galaxy planet orbit telescope comet nebula",
+    "cooking": "oven flour butter bake roast sugar dough",
+    "sailing": "boat sail wind harbour keel mast anchor",
+}
+
+
+def _text_folder(root):
+    rng = np.random.default_rng(0)
+    for name, words in TOPICS.items():
+        (root / name).mkdir(parents=True)
+        for i in range(8):
+            (root / name / f"{i}.txt").write_text(" ".join(rng.choice(words.split(), size=12)))
+
+
+RUNS = {
+    # name: (arguments, files written into --out)
+    "npz": (["fit", "{tmp}/toy.X.npz", "--model", "sparse", "-k", "3", "--out", "{tmp}/fit"],),
+    "npy": (["path", "{tmp}/toy.npy", "-k", "3", "--max-steps", "4", "--out", "{tmp}/path"],),
+    "mtx": (
+        ["compare", "{tmp}/toy.mtx", "--labels", "{tmp}/toy.y.npy", "-k", "3", "--seeds", "2"]
+        + ["--models", "sparse", "--out", "{tmp}/compare"],
+    ),
+    "text": (["fit", "{tmp}/texts", "-k", "3", "--shared-kappa", "--out", "{tmp}/text"],),
+    "bad_file": (["fit", "{tmp}/garbage.npy", "-k", "3", "--out", "{tmp}/bad"],),
+    "bad_option": (["fit", "{tmp}/toy.npy", "--model", "nosuch", "-k", "3", "--out", "{tmp}/x"],),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Run every command line of RUNS at once (two cores), return name -> CompletedProcess."""
+    tmp = tmp_path_factory.mktemp("cli")
+    X, labels = _blobs()
+    scipy.sparse.save_npz(tmp / "toy.X.npz", scipy.sparse.csr_matrix(X))
+    np.save(tmp / "toy.y.npy", labels)
+    np.save(tmp / "toy.npy", X)
+    scipy.io.mmwrite(tmp / "toy.mtx", scipy.sparse.coo_matrix(X))
+    _text_folder(tmp / "texts")
+    (tmp / "garbage.npy").write_bytes(b"this is not an array")
+    env = {**os.environ, "MPLBACKEND": "Agg", "JAX_PLATFORMS": "cpu"}
+    processes = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "bayesvmf.cli", *[a.format(tmp=tmp) for a in args[0]]],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for name, args in RUNS.items()
+    }
+    results = {}
+    for name, process in processes.items():
+        out, err = process.communicate(timeout=600)
+        results[name] = subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    return tmp, results
+
+
+def test_fit_on_npz_with_labels_saves_model_summary_and_plots(runs):
+    tmp, results = runs
+    run = results["npz"]
+    assert run.returncode == 0, run.stderr
+    assert "toy from" in run.stdout  # NAME.X.npz + NAME.y.npy: the labels were found
+    summary = json.loads((tmp / "fit" / "summary.json").read_text())
+    assert summary["n_samples"] == 90 and summary["n_features"] == 8
+    assert summary["converged"] is True
+    assert sorted(summary["cluster_sizes"]) == [30, 30, 30]
+    assert summary["scores"]["ari"] == pytest.approx(1.0)  # three far-apart blobs
+    for name in ("model.npz", "prototypes.png", "data.png"):
+        assert (tmp / "fit" / name).stat().st_size > 0
+    model = load(tmp / "fit" / "model.npz")
+    assert isinstance(model, SparseVMFMixture)
+    np.testing.assert_allclose(sorted(model.weights_), sorted(summary["weights"]), rtol=1e-12)
+
+
+def test_info_describes_a_saved_model(runs, capsys):
+    tmp, _ = runs
+    assert cli.main(["info", str(tmp / "fit" / "model.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "bayesvmf.models.sparse.SparseVMFMixture" in out
+    assert "n_components = 3" in out
+    assert "mean_directions_: float64 array of shape (3, 8)" in out
+
+
+def test_path_on_npy_writes_criteria_and_the_best_model(runs):
+    tmp, results = runs
+    run = results["npy"]
+    assert run.returncode == 0, run.stderr
+    path = json.loads((tmp / "path" / "path.json").read_text())
+    betas = np.array(path["betas"])
+    assert betas[0] == 0.0 and np.all(np.diff(betas) > 0) and len(betas) <= 4
+    bic = np.array(path["criteria"]["bic"])
+    assert path["best"]["index"] == int(np.argmin(bic))
+    table = (tmp / "path" / "criteria.md").read_text()
+    assert table.startswith("| beta | sparsity |") and table.count("\n|") == len(betas) + 1
+    best = load(tmp / "path" / "model.npz")
+    assert best.beta == pytest.approx(betas[path["best"]["index"]])
+    for name in ("path.png", "prototypes.png", "data.png"):
+        assert (tmp / "path" / name).stat().st_size > 0
+
+
+def test_compare_on_mtx_prints_the_table(runs):
+    tmp, results = runs
+    run = results["mtx"]
+    assert run.returncode == 0, run.stderr
+    assert "| model | held-out log-lik / doc |" in run.stdout
+    table = json.loads((tmp / "compare" / "comparison.json").read_text())
+    assert table["models"] == ["sparse"] and table["seeds"] == [0, 1]
+    assert table["n_train"] + table["n_test"] == 90
+    assert all(row["nmi"] > 0.9 for row in table["rows"])
+    assert (tmp / "compare" / "comparison.png").stat().st_size > 0
+
+
+def test_fit_on_a_text_folder(runs):
+    tmp, results = runs
+    run = results["text"]
+    assert run.returncode == 0, run.stderr
+    assert "24 text files" in run.stdout and "3 classes" in run.stdout
+    summary = json.loads((tmp / "text" / "summary.json").read_text())
+    assert summary["scores"]["ari"] == pytest.approx(1.0)  # disjoint vocabularies
+    # the top terms of each cluster are words of one topic
+    topic_words = [set(words.split()) for words in TOPICS.values()]
+    for terms in summary["top_features"]:
+        assert any(set(terms[:3]) <= words for words in topic_words), terms
+    assert load(tmp / "text" / "model.npz").shared_kappa is True
+
+
+def test_bad_file_fails_with_a_clear_message(runs):
+    tmp, results = runs
+    run = results["bad_file"]
+    assert run.returncode == 1
+    assert f"{tmp}/garbage.npy: cannot read it as a .npy matrix" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_bad_option_fails_with_usage(runs):
+    _, results = runs
+    run = results["bad_option"]
+    assert run.returncode == 2
+    assert "argument --model: invalid choice: 'nosuch'" in run.stderr
+
+
+def test_missing_file_and_bad_values_in_process(tmp_path, capsys):
+    assert cli.main(["fit", str(tmp_path / "nope.npz"), "-k", "2", "--out", str(tmp_path)]) == 1
+    assert f"{tmp_path}/nope.npz: no such file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["compare", "--test-size", "1.5"])
+    assert "expected a fraction in (0, 1), got 1.5" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "x.npy", "-k", "0", "--out", str(tmp_path)])
+    assert "expected a whole number >= 1, got 0" in capsys.readouterr().err
+    assert cli.main(["compare", "digits", "--models", "sparse,what"]) == 1
+    assert "unknown model(s) ['what']" in capsys.readouterr().err
+    assert cli.main(["info", str(tmp_path / "nope.npz")]) == 1
+    assert "not a readable bayesvmf file" in capsys.readouterr().err
+
+
+def test_every_subcommand_explains_its_options(capsys):
+    for command in ("fit", "path", "compare", "info"):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main([command, "--help"])
+        assert exit_info.value.code == 0
+        out = capsys.readouterr().out
+        assert "usage: bayesvmf " + command in out
+    assert cli.main([]) == 2
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("fit", "path", "compare", "info"))
+
+
+def test_the_registry_builds_each_model_from_the_options():
+    args = cli.build_parser().parse_args(
+        ["fit", "x.npy", "-k", "4", "--seed", "7", "--max-iter", "20", "--out", "o"]
+    )
+    for name, spec in cli.MODELS.items():
+        model = spec.build(args)
+        assert model.random_state == 7 and model.max_iter == 20, name
+    assert cli.MODELS["kmle-vmf"].build(args).family == "vmf"
+    assert cli.MODELS["kmle-vmf"].build(args).n_components == 4
+    assert cli.MODELS["dirichlet"].build(args).n_topics == 4
