@@ -198,6 +198,23 @@ def _kmle_vmf(args):
     )
 
 
+def _bayesian(inference, kappa_update="sampling"):
+    def build(args):
+        from bayesvmf.models import BayesianVMFMixture
+
+        return BayesianVMFMixture(
+            args.n_components,
+            inference=inference,
+            kappa_update=kappa_update,
+            n_init=args.n_init,
+            max_iter=args.max_iter,
+            random_state=args.seed,
+            progress_bar=args.progress,
+        )
+
+    return build
+
+
 #: The models of ``fit`` and ``compare``, by command-line name.
 MODELS: dict[str, ModelSpec] = {
     "sparse": ModelSpec(
@@ -209,6 +226,15 @@ MODELS: dict[str, ModelSpec] = {
     ),
     "kmle-vmf": ModelSpec(
         _kmle_vmf, "vMF mixture by k-MLE with Hartigan moves (Saint-Jean & Nielsen)"
+    ),
+    "bayesian": ModelSpec(
+        _bayesian("vi"), "B-vMFmix by variational inference, kappa sampled (Gopal & Yang)"
+    ),
+    "bayesian-bounding": ModelSpec(
+        _bayesian("vi", "bounding"), "B-vMFmix by variational inference, kappa bounded"
+    ),
+    "bayesian-gibbs": ModelSpec(
+        _bayesian("gibbs"), "B-vMFmix by collapsed Gibbs sampling (2 chains)"
     ),
 }
 

@@ -51,8 +51,13 @@ def _readme_examples():
     return re.findall(r"```python\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)
 
 
+def _readme_example(containing: str) -> str:
+    (example,) = [e for e in _readme_examples() if containing in e]
+    return example
+
+
 def test_readme_example_runs():
-    example = _readme_examples()[0]
+    example = _readme_example("NUTS(model)")
     # the example as written, with fewer NUTS iterations to keep the suite fast
     example = example.replace("num_warmup=300, num_samples=300", "num_warmup=50, num_samples=50")
     example = example.replace("mcmc.print_summary()", "samples = mcmc.get_samples()")
@@ -62,7 +67,7 @@ def test_readme_example_runs():
 
 
 def test_readme_sparse_example_runs():
-    example = _readme_examples()[1]
+    example = _readme_example("model.path(X)")
     X = make_vmf_mixture(200, 10, 4, kappa=20.0, random_state=0).X
     namespace = {"X": X}
     exec(compile(example, "README.md", "exec"), namespace)
@@ -70,17 +75,26 @@ def test_readme_sparse_example_runs():
     assert namespace["path"].betas[0] == 0.0
 
 
+def test_readme_bayesian_example_runs():
+    example = _readme_example("BayesianVMFMixture")
+    sample = make_vmf_mixture(240, 5, 4, kappa=30.0, random_state=1)
+    namespace = {"X_train": sample.X[:160], "X_test": sample.X[160:]}
+    exec(compile(example, "README.md", "exec"), namespace)
+    assert namespace["vi"].concentrations_.shape == (4,)
+    assert dict(namespace["idata"].posterior.sizes)["chain"] == 2
+
+
 def test_readme_datasets_example_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("BAYESVMF_CACHE", str(tmp_path))
     namespace = {}
-    exec(compile(_readme_examples()[2], "README.md", "exec"), namespace)
+    exec(compile(_readme_example("load_digits_directional()"), "README.md", "exec"), namespace)
     assert namespace["corpus"].X.shape[0] == len(namespace["corpus"].y)
     assert namespace["digits"].X.shape == (1797, 64)
 
 
 def test_readme_compare_example_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("BAYESVMF_CACHE", str(tmp_path))
-    example = _readme_examples()[3]
+    example = _readme_example("table = compare(")
     assert "seeds=range(5)" in example
     example = example.replace("seeds=range(5)", "seeds=range(2)")  # fewer fits in the suite
     namespace = {}
@@ -281,3 +295,6 @@ def test_the_registry_builds_each_model_from_the_options():
     assert cli.MODELS["kmle-vmf"].build(args).family == "vmf"
     assert cli.MODELS["kmle-vmf"].build(args).n_components == 4
     assert cli.MODELS["dirichlet"].build(args).n_topics == 4
+    assert cli.MODELS["bayesian"].build(args).inference == "vi"
+    assert cli.MODELS["bayesian-bounding"].build(args).kappa_update == "bounding"
+    assert cli.MODELS["bayesian-gibbs"].build(args).inference == "gibbs"
