@@ -285,7 +285,11 @@ def test_properties(d, kappa):
     q = float(special.one_minus_mean_resultant_length(d, kappa))
     log_c = float(special.log_vmf_normalizer(d, kappa))
     assert 0.0 <= a < 1.0 and 0.0 < q <= 1.0
-    assert abs(a + q - 1.0) <= 4e-16
+    # A and 1 - A are computed separately, each rounded once, and the sum is rounded again:
+    # near A = 1 that is up to two ulps of 1.0 (4.44e-16, seen at d = 2, kappa = 4389), so
+    # the old bound of 4e-16 was tighter than rounding allows; 3 ulps is still far inside
+    # the 1e-12 contract.
+    assert abs(a + q - 1.0) <= 3 * np.finfo(np.float64).eps
     assert np.isfinite(log_c)
     # monotone: A increases and log C decreases with kappa
     bigger = kappa * 1.01 + 1e-3
