@@ -291,7 +291,9 @@ def test_properties(d, kappa):
     # the 1e-12 contract.
     assert abs(a + q - 1.0) <= 3 * np.finfo(np.float64).eps
     assert np.isfinite(log_c)
-    # monotone: A increases and log C decreases with kappa
+    # monotone: A increases and log C decreases with kappa, up to rounding: near kappa = 0
+    # at large d, log C changes by about kappa^2 / (2d), below one ulp of |log C| (seen:
+    # d = 34461, kappa 0 -> 0.001 moved log C = 131114.4 up by one ulp)
     bigger = kappa * 1.01 + 1e-3
-    assert float(special.mean_resultant_length(d, bigger)) >= a
-    assert float(special.log_vmf_normalizer(d, bigger)) <= log_c
+    assert float(special.mean_resultant_length(d, bigger)) >= a - 2 * np.spacing(a)
+    assert float(special.log_vmf_normalizer(d, bigger)) <= log_c + 2 * np.spacing(abs(log_c))
