@@ -417,3 +417,34 @@ def test_estimator_gibbs_round_trip(problem, runs, tmp_path):
     loaded = load(tmp_path / "gibbs.npz")
     np.testing.assert_array_equal(loaded.score_samples(X[:6]), scores)
     assert loaded.to_arviz().posterior["kappa"].dims == ("chain", "draw", "component")
+
+
+def test_gibbs_agrees_with_variational_inference(fitted, problem):
+    """Issue 4: Gibbs posterior means of kappa close to the VI answer (same fixed priors).
+
+    Mean-field VI under-disperses but its E[kappa] sits near the posterior mean on a
+    well-separated problem: within one Gibbs posterior sd per component (measured: VI
+    13.48 / 15.92, Gibbs 13.90 / 15.76, sd 1.44 / 1.73).
+    """
+    from bayesvmf.models.bayesian._bvmf import BayesianVMFMixture
+
+    pr = problem.priors
+    vi = BayesianVMFMixture(
+        K,
+        alpha=pr.alpha,
+        mu0=pr.mu0,
+        C0=pr.C0,
+        m=pr.m,
+        s2=pr.s2,
+        empirical_bayes=False,
+        init=problem.init_labels[0],
+        max_iter=300,
+        tol=1e-4,
+        random_state=0,
+    ).fit(problem.X)
+    order = np.argmax(vi.mean_directions_ @ fitted.mean_directions_.T, axis=1)
+    assert sorted(order) == list(range(K))
+    assert np.all(np.sum(vi.mean_directions_ * fitted.mean_directions_[order], axis=1) > 0.99)
+    sd = fitted.gibbs_kappa_.std(axis=(0, 1))[order]
+    gap = np.abs(vi.concentrations_ - fitted.concentrations_[order])
+    assert np.all(gap < sd), (vi.concentrations_, fitted.concentrations_[order], sd)
