@@ -56,6 +56,7 @@ __all__ = [
     "UNIT_NORM_TOL",
     "VMFMixtureSample",
     "check_directional",
+    "make_temporal_vmf_mixture",
     "make_vmf_mixture",
     "mixture_overlap",
     "to_device",
@@ -855,3 +856,67 @@ def make_vmf_mixture(
         weights=w,
         base_concentrations=np.asarray(base_kappa, dtype=np.float64),
     )
+
+
+def make_temporal_vmf_mixture(
+    n_samples_per_time: int,
+    *,
+    n_features: int,
+    n_components: int,
+    n_times: int,
+    kappa: float = 50.0,
+    drift: float = 100.0,
+    weights=None,
+    random_state=None,
+):
+    """Draw temporal data from the T-vMFmix model with drifting cluster means.
+
+    mu_{0,k} uniform on the sphere, mu_{t,k} ~ vMF(mu_{t-1,k}, drift) (the model's C0),
+    labels ~ Cat(weights), x ~ vMF(mu_{t,z}, kappa).
+
+    Parameters
+    ----------
+    n_samples_per_time : int
+        Rows drawn at each time step.
+    n_features, n_components, n_times : int
+    kappa : float or array of shape (n_components,), default 50.0
+    drift : float, default 100.0
+        Concentration of each step of the mean random walk (smaller: faster drift).
+    weights : array of shape (n_components,), optional
+        Mixing weights (default uniform).
+    random_state : None or int
+
+    Returns
+    -------
+    X : ndarray of shape (n_times * n_samples_per_time, n_features)
+    times : ndarray of int64 of shape (n_times * n_samples_per_time,)
+    labels : ndarray of int64
+    means : ndarray of shape (n_times, n_components, n_features)
+    """
+    for name, value, low in (
+        ("n_samples_per_time", n_samples_per_time, 1),
+        ("n_features", n_features, 2),
+        ("n_components", n_components, 1),
+        ("n_times", n_times, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}; got {value!r}.")
+    rng = np.random.default_rng(random_state)
+    w = np.full(n_components, 1.0 / n_components) if weights is None else np.asarray(weights)
+    kappas = np.broadcast_to(np.asarray(kappa, np.float64), (n_components,))
+    with jax.enable_x64(True):
+        key = jax.random.key(int(rng.integers(2**31)))
+        keys = jax.random.split(key, 2 * n_times)
+        start = rng.normal(size=(n_components, n_features))
+        means = [start / np.linalg.norm(start, axis=1, keepdims=True)]
+        for t in range(1, n_times):
+            step = VonMisesFisher(jnp.asarray(means[-1]), jnp.float64(drift))
+            means.append(np.asarray(step.sample(keys[t])))
+        means = np.stack(means)
+        labels = rng.choice(n_components, size=(n_times, n_samples_per_time), p=w)
+        X = []
+        for t in range(n_times):
+            dist = VonMisesFisher(jnp.asarray(means[t][labels[t]]), jnp.asarray(kappas[labels[t]]))
+            X.append(np.asarray(dist.sample(keys[n_times + t])))
+    times = np.repeat(np.arange(n_times, dtype=np.int64), n_samples_per_time)
+    return np.concatenate(X), times, labels.ravel().astype(np.int64), means

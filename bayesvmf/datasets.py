@@ -7,7 +7,8 @@ Everything here works on a fresh machine with no download:
   Matplotlib), labelled by the subpackage they document, as tf-idf rows (scikit-learn's
   ``TfidfVectorizer``), cached on disk;
 * :func:`load_digits_directional`: scikit-learn's 8 x 8 handwritten digits as unit vectors;
-* :func:`make_vmf_mixture`: synthetic vMF mixtures (re-exported from :mod:`bayesvmf.data`);
+* :func:`make_vmf_mixture`: synthetic vMF mixtures, and :func:`make_temporal_vmf_mixture`:
+  temporal data whose cluster means drift (both re-exported from :mod:`bayesvmf.data`);
 
 and your own data: :func:`load_matrix` (scipy ``.npz``, ``.npy``, MatrixMarket ``.mtx``),
 :func:`load_text_folder` (a folder of ``.txt`` files, optionally one sub-folder per class)
@@ -65,7 +66,7 @@ import scipy.io
 import scipy.sparse
 from sklearn.utils import Bunch
 
-from bayesvmf.data import make_vmf_mixture
+from bayesvmf.data import make_temporal_vmf_mixture, make_vmf_mixture
 
 __all__ = [
     "DOCSTRING_LABELS",
@@ -76,6 +77,7 @@ __all__ = [
     "load_matrix",
     "load_shared",
     "load_text_folder",
+    "make_temporal_vmf_mixture",
     "make_vmf_mixture",
 ]
 

@@ -33,10 +33,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from bayesvmf import special
+from bayesvmf.datasets import make_temporal_vmf_mixture
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import SparseVMFMixture
 from bayesvmf.models.bayesian._bvmf import BayesianVMFMixture
-from bayesvmf.models.bayesian._temporal import TemporalVMFMixture, make_temporal_vmf_mixture
+from bayesvmf.models.bayesian._temporal import TemporalVMFMixture
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "results"

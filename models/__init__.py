@@ -6,7 +6,6 @@ from bayesvmf.models.bayesian import (
     TemporalVMFMixture,
     balanced_tree,
     bayesian_vmf_model,
-    make_temporal_vmf_mixture,
 )
 from bayesvmf.models.dirichlet import DirichletVMFMixture
 from bayesvmf.models.kmle import KMLEMixture, cauchy_schwarz_divergence

@@ -26,7 +26,7 @@ from bayesvmf.models.bayesian._hierarchical import (
     paths_to_leaves,
 )
 from bayesvmf.models.bayesian._numpyro import bayesian_vmf_model
-from bayesvmf.models.bayesian._temporal import TemporalVMFMixture, make_temporal_vmf_mixture
+from bayesvmf.models.bayesian._temporal import TemporalVMFMixture
 
 __all__ = [
     "BayesianVMFMixture",
@@ -34,6 +34,5 @@ __all__ = [
     "TemporalVMFMixture",
     "balanced_tree",
     "bayesian_vmf_model",
-    "make_temporal_vmf_mixture",
     "paths_to_leaves",
 ]
