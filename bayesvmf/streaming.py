@@ -5,7 +5,8 @@ the same columns: either a scipy.sparse matrix written by ``scipy.sparse.save_np
 dense array written by ``numpy.savez`` (the array named ``X``, or the only array of the
 file). :func:`iter_chunks` reads and validates them one at a time; :func:`fit_streaming`
 feeds them to an estimator's ``partial_fit`` (stepwise EM for
-:class:`bayesvmf.models.SparseVMFMixture`), so memory holds the model and at most two
+:class:`bayesvmf.models.SparseVMFMixture`, stochastic variational inference for
+:class:`bayesvmf.models.BayesianVMFMixture`), so memory holds the model and at most two
 chunks, never the corpus (DESIGN.md section 6).
 """
 
@@ -144,7 +145,8 @@ def fit_streaming(model, paths, n_epochs: int = 1, normalize: bool = True):
     Parameters
     ----------
     model : estimator with ``partial_fit(X, n_samples=...)``
-        E.g. :class:`bayesvmf.models.SparseVMFMixture`.
+        E.g. :class:`bayesvmf.models.SparseVMFMixture` or
+        :class:`bayesvmf.models.BayesianVMFMixture` (``inference="vi"``).
     paths : sequence of str or os.PathLike
         The chunk files (read again at every pass).
     n_epochs : int, default 1

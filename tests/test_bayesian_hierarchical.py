@@ -13,6 +13,7 @@ from scipy.special import ive, logsumexp
 
 from bayesvmf import _mixture, load, save
 from bayesvmf.metrics import adjusted_rand as adjusted_rand_score
+from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _hierarchical as H
 from bayesvmf.models.bayesian._hierarchical import (
     HierarchicalVMFMixture,
@@ -215,9 +216,9 @@ def test_coordinate_updates_are_argmax(bounding_fit, data):
                 assert bound(s._replace(psi=psi2, gamma=gamma2, emu=emu2)) < base
     # empirical Bayes: alpha, m, s2 and mu0 each at their maximiser
     k = state.kappa
-    alpha = H.update_alpha(state.priors.alpha, jnp.sum(H.expected_log_pi(state.rho)), 4)
-    m, s2 = H.update_log_normal_prior(k.mean_log_kappa, k.var_log_kappa)
-    mu0 = state.psi[tree.root]
+    alpha = _eb.update_alpha(state.priors.alpha, state.rho)
+    m, s2 = _eb.update_m_s2(k.mean_log_kappa, k.var_log_kappa)
+    mu0, _ = _eb.update_mu0(state.emu[tree.root][None], state.priors.mu0)
     s = state._replace(priors=state.priors._replace(alpha=alpha, m=m, s2=s2, mu0=mu0))
     base = bound(s)
     for field, value in (("alpha", alpha), ("m", m), ("s2", s2)):
@@ -231,7 +232,7 @@ def test_coordinate_updates_are_argmax(bounding_fit, data):
     data = _mixture.to_device(X)
     emu = state.emu[tree.leaves]
     wlp = (
-        H.expected_log_pi(state.rho)
+        _eb.expected_log_pi(state.rho)
         + state.kappa.mean_log_c[tree.leaves]
         + state.kappa.mean_kappa[tree.leaves] * (X @ emu.T)
     )

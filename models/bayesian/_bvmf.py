@@ -9,7 +9,9 @@ Mean-field variational inference (sec. 3.1.1): q(pi) = Dir(rho), q(mu_k) = vMF(p
 gamma_k), q(z_i) = Cat(lambda_i), and q(kappa_k) by one of the two schemes of
 :mod:`bayesvmf.models.bayesian._kappa` (MH draws from the conditional of eq. (1), or a
 log-normal fitted by maximising a lower bound built on eqs. (2)-(3)). Empirical Bayes
-(sec. 3.1.3) updates alpha, mu0, C0, m, s2. ``inference="gibbs"`` runs the collapsed Gibbs
+(sec. 3.1.3) updates alpha, mu0, C0, m, s2 by the maximisers of
+:mod:`bayesvmf.models.bayesian._empirical_bayes` (shared with H- and T-vMFmix).
+``inference="gibbs"`` runs the collapsed Gibbs
 sampler of sec. 3.1.2 (:mod:`bayesvmf.models.bayesian._gibbs`). The derivations (every term
 of the bound, every update, the empirical Bayes steps) are in ``docs/bayesian_vi.md``.
 
@@ -34,8 +36,6 @@ it), so with ``kappa_update="bounding"`` the bound never decreases.
 References
 ----------
 .. [1] S. Gopal and Y. Yang, "Von Mises-Fisher clustering models", ICML 2014, 154-162.
-.. [2] D. M. Blei, A. Y. Ng and M. I. Jordan, "Latent Dirichlet allocation", JMLR 3 (2003)
-   993-1022 (appendix A.4.2: Newton's method for the Dirichlet parameter).
 """
 
 from __future__ import annotations
@@ -47,10 +47,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import digamma, gammaln, logsumexp, polygamma, xlogy
+from jax.scipy.special import logsumexp, xlogy
 
-from bayesvmf import _mixture, special
+from bayesvmf import _mixture, _parallel, special
 from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian._kappa import KappaMoments, Priors
 
@@ -59,22 +60,11 @@ __all__ = [
     "Posterior",
     "Statistics",
     "elbo",
-    "update_alpha",
-    "update_mu0_c0",
-    "update_m_s2",
     "vi_step",
+    "StreamState",
+    "svi_step",
     "BayesianVMFMixture",
 ]
-
-#: Cap of the empirical-Bayes C0 and floor of the empirical-Bayes s2 and alpha: EB of a
-#: prior's spread can collapse it (all E[mu_k] equal, all kappa_k equal); the cap and floors
-#: keep the numbers finite in that limit.
-C0_MAX = 1e6
-S2_MIN = 1e-6
-ALPHA_RANGE = (1e-8, 1e8)
-
-#: Newton iterations of the alpha update (each with backtracking, so the bound never drops).
-ALPHA_NEWTON_STEPS = 20
 
 #: Gauss-Hermite nodes for E_q[.] over a log-normal q(kappa) (bounding scheme) in
 #: score_samples; the integrand is smooth in log kappa, 32 nodes are exact to rounding for
@@ -133,24 +123,8 @@ class VIState(NamedTuple):
 
 
 # --------------------------------------------------------------------------------------------
-# The bound and the empirical Bayes updates (docs/bayesian_vi.md)
+# The bound (docs/bayesian_vi.md)
 # --------------------------------------------------------------------------------------------
-
-
-def _e_log_pi(rho):
-    return digamma(rho) - digamma(jnp.sum(rho, axis=-1, keepdims=True))
-
-
-def _kl_log_kappa(kappa: KappaMoments, m, s2):
-    """KL(N(E log kappa, Var log kappa) || N(m, s2)) per component (the q(kappa) terms)."""
-    a, b = kappa.mean_log_kappa, kappa.var_log_kappa
-    return 0.5 * (jnp.log(s2) - jnp.log(b) + (b + (a - m) ** 2) / s2 - 1.0)
-
-
-def _alpha_terms(alpha, e_log_pi):
-    """E_q[log Dir(pi | alpha)] (symmetric), as a function of alpha."""
-    k = e_log_pi.shape[-1]
-    return gammaln(k * alpha) - k * gammaln(alpha) + (alpha - 1.0) * jnp.sum(e_log_pi, axis=-1)
 
 
 def elbo(post: Posterior, stats: Statistics, priors: Priors, d: int, a_gamma=None):
@@ -178,7 +152,6 @@ def elbo(post: Posterior, stats: Statistics, priors: Priors, d: int, a_gamma=Non
         Scalar.
     """
     rho, psi, gamma, kappa = post
-    e_log_pi = _e_log_pi(rho)
     if a_gamma is None:
         a_gamma = special.mean_resultant_length(d, gamma)
     # log C_d(gamma_k) and log C_d(C0) in one call (one special-function site to compile)
@@ -186,98 +159,13 @@ def elbo(post: Posterior, stats: Statistics, priors: Priors, d: int, a_gamma=Non
     log_c_gamma, log_c_c0 = log_c[:-1], log_c[-1]
     psi_dot_r = jnp.sum(psi * stats.resultant, axis=-1)
     likelihood = jnp.sum(stats.resp_sum * kappa.mean_log_c + kappa.mean_kappa * a_gamma * psi_dot_r)
-    assignments = jnp.sum(stats.resp_sum * e_log_pi)
-    prior_pi = _alpha_terms(priors.alpha, e_log_pi)
+    pi_terms = _eb.dirichlet_terms(rho, stats.resp_sum, priors.alpha)  # (B2) + (B3) + (B7)
     prior_mu = jnp.sum(log_c_c0 + priors.C0 * a_gamma * (psi @ priors.mu0))
-    kappa_terms = -jnp.sum(_kl_log_kappa(kappa, priors.m, priors.s2))
-    rho_sum = jnp.sum(rho)
-    entropy_pi = -(gammaln(rho_sum) - jnp.sum(gammaln(rho)) + jnp.sum((rho - 1.0) * e_log_pi))
-    entropy_mu = -jnp.sum(log_c_gamma + gamma * a_gamma)
-    return (
-        likelihood
-        + assignments
-        + prior_pi
-        + prior_mu
-        + kappa_terms
-        + stats.resp_entropy
-        + entropy_pi
-        + entropy_mu
+    kappa_terms = -jnp.sum(
+        _kappa.kl_normal(kappa.mean_log_kappa, kappa.var_log_kappa, priors.m, priors.s2)
     )
-
-
-def update_alpha(alpha, rho):
-    """Empirical Bayes for alpha: Newton on E_q[log Dir(pi | alpha)] (as in LDA, [2]_).
-
-    f(alpha) = log Gamma(K alpha) - K log Gamma(alpha) + (alpha - 1) S, with
-    S = sum_k E[log pi_k], is concave; :data:`ALPHA_NEWTON_STEPS` Newton steps in alpha,
-    each halved until f does not decrease and alpha stays in :data:`ALPHA_RANGE`.
-
-    Parameters
-    ----------
-    alpha : scalar
-    rho : jax.Array of shape (K,)
-
-    Returns
-    -------
-    jax.Array
-        The new alpha (f never decreases).
-    """
-    e_log_pi = _e_log_pi(rho)
-    k = rho.shape[-1]
-    total = jnp.sum(e_log_pi)
-    low, high = ALPHA_RANGE
-
-    def f(a):
-        return _alpha_terms(a, e_log_pi)
-
-    def body(_, a):
-        grad = k * digamma(k * a) - k * digamma(a) + total
-        hess = k * k * polygamma(1, k * a) - k * polygamma(1, a)
-        step = -grad / hess
-        lengths = 0.5 ** jnp.arange(40, dtype=jnp.float64)
-        cand = a + lengths * step
-        ok = (cand >= low) & (cand <= high) & (f(cand) >= f(a))
-        first = jnp.argmax(ok)
-        return jnp.where(jnp.any(ok), cand[first], a)
-
-    return jax.lax.fori_loop(0, ALPHA_NEWTON_STEPS, body, jnp.asarray(alpha, jnp.float64))
-
-
-def update_mu0_c0(mean_mu, d: int):
-    """Empirical Bayes for (mu0, C0): the vMF maximum likelihood of the E_q[mu_k].
-
-    sum_k E_q[log vMF(mu_k | mu0, C0)] = K log C_d(C0) + C0 mu0 . M with M = sum_k E[mu_k]:
-    mu0 = M / |M| and A_d(C0) = |M| / K (:func:`bayesvmf._mixture.solve_kappa`, capped at
-    :data:`C0_MAX`).
-
-    Parameters
-    ----------
-    mean_mu : jax.Array of shape (K, d)
-        E_q[mu_k] = A_d(gamma_k) psi_k.
-    d : int
-        Dimension (static).
-
-    Returns
-    -------
-    mu0 : jax.Array of shape (d,)
-    C0 : jax.Array
-    """
-    total = jnp.sum(mean_mu, axis=0)
-    norm = jnp.linalg.norm(total)
-    mu0 = total / jnp.maximum(norm, jnp.finfo(jnp.float64).tiny)
-    c0, _ = _mixture.solve_kappa(d, norm / mean_mu.shape[0], C0_MAX)
-    return mu0, c0
-
-
-def update_m_s2(kappa: KappaMoments):
-    """Empirical Bayes for (m, s2): the normal MLE of log kappa_k under q.
-
-    m = mean_k E[log kappa_k]; s2 = mean_k (Var[log kappa_k] + (E[log kappa_k] - m)^2)
-    (floored at :data:`S2_MIN`).
-    """
-    m = jnp.mean(kappa.mean_log_kappa)
-    s2 = jnp.mean(kappa.var_log_kappa + (kappa.mean_log_kappa - m) ** 2)
-    return m, jnp.maximum(s2, S2_MIN)
+    entropy_mu = -jnp.sum(log_c_gamma + gamma * a_gamma)
+    return likelihood + pi_terms + prior_mu + kappa_terms + stats.resp_entropy + entropy_mu
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,9 +173,12 @@ def update_m_s2(kappa: KappaMoments):
 # --------------------------------------------------------------------------------------------
 
 
-def _update_mu(resultant, mean_kappa, priors: Priors):
-    """q(mu_k) = vMF(psi_k, gamma_k) with R_k = E[kappa_k] r_k + C0 mu0 (sec. 3.1.1)."""
-    natural = mean_kappa[:, None] * resultant + priors.C0 * priors.mu0
+def _update_mu(data_natural, priors: Priors):
+    """q(mu_k) = vMF(psi_k, gamma_k) with R_k = E[kappa_k] r_k + C0 mu0 (sec. 3.1.1, (U2)).
+
+    ``data_natural`` is the data part E[kappa_k] r_k of the natural parameter, (K, d).
+    """
+    natural = data_natural + priors.C0 * priors.mu0
     gamma = jnp.linalg.norm(natural, axis=-1)
     tiny = jnp.finfo(jnp.float64).tiny
     # gamma = 0 (an empty component under a uniform prior): q(mu_k) is uniform, psi arbitrary
@@ -295,30 +186,11 @@ def _update_mu(resultant, mean_kappa, priors: Priors):
     return psi, gamma
 
 
-def _update_kappa(key, kappa: KappaMoments, weight, dot, priors: Priors, cfg):
-    scheme, d, num_samples, num_warmup, num_steps = cfg
-    if scheme == "sampling":
-        return _kappa.kappa_sampling_update(
-            key,
-            kappa.state,
-            weight,
-            dot,
-            priors.m,
-            priors.s2,
-            d=d,
-            num_samples=num_samples,
-            num_warmup=num_warmup,
-        )
-    moments, _ = _kappa.kappa_bounding_update(
-        kappa.state, weight, dot, priors.m, priors.s2, d=d, num_steps=num_steps
-    )
-    return moments, jnp.ones_like(weight)
-
-
 def _log_resp_unnormalised(data, post: Posterior, a_gamma):
     """Return E log pi_k + E log C_d(kappa_k) + E[kappa_k] x_i . E[mu_k] (log lambda_ik + c)."""
     mean_mu = (a_gamma * post.kappa.mean_kappa)[:, None] * post.psi
-    return _mixture.data_dot(data, mean_mu.T) + post.kappa.mean_log_c + _e_log_pi(post.rho)
+    log_pi = _eb.expected_log_pi(post.rho)
+    return _mixture.data_dot(data, mean_mu.T) + post.kappa.mean_log_c + log_pi
 
 
 def _statistics(data, log_resp):
@@ -327,22 +199,52 @@ def _statistics(data, log_resp):
     return Statistics(resultant, resp_sum, -jnp.sum(xlogy(resp, resp)))
 
 
+def _update_kappa_priors(key, kappa, weight, dot, rho, mean_mu, priors, cfg, empirical_bayes):
+    """q(kappa) (U3) from its weight and dot, then the empirical Bayes updates (U4)."""
+    scheme, d, num_samples, num_warmup, num_steps = cfg
+    kappa, accept = _kappa.update(
+        scheme,
+        key,
+        kappa.state,
+        weight,
+        dot,
+        priors.m,
+        priors.s2,
+        d=d,
+        num_samples=num_samples,
+        num_warmup=num_warmup,
+        num_steps=num_steps,
+    )
+    # empirical Bayes (sec. 3.1.3) is a traced switch, so fits with and without it share
+    # one program
+    mu0, c0 = _eb.update_mu0_c0(mean_mu, priors.mu0, d)
+    m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
+    updated = Priors(_eb.update_alpha(priors.alpha, rho), mu0, c0, m, s2)
+    priors = jax.tree_util.tree_map(
+        lambda new, old: jnp.where(empirical_bayes, new, old), updated, priors
+    )
+    return kappa, accept, priors
+
+
 def _iteration(s: VIState, data, cfg, empirical_bayes):
     """One coordinate-ascent cycle of one run (module docstring)."""
     d = data.shape[1]
     n = data.shape[0]
     stats, priors = s.stats, s.priors
     rho = priors.alpha + stats.resp_sum
-    psi, gamma = _update_mu(stats.resultant, s.post.kappa.mean_kappa, priors)
+    psi, gamma = _update_mu(s.post.kappa.mean_kappa[:, None] * stats.resultant, priors)
     a_gamma = special.mean_resultant_length(d, gamma)
     dot = a_gamma * jnp.sum(psi * stats.resultant, axis=-1)
-    kappa, accept = _update_kappa(s.key, s.post.kappa, stats.resp_sum, dot, priors, cfg)
-    # empirical Bayes is a traced switch, so fits with and without it share one program
-    mu0, c0 = update_mu0_c0(a_gamma[:, None] * psi, d)
-    m, s2 = update_m_s2(kappa)
-    updated = Priors(update_alpha(priors.alpha, rho), mu0, c0, m, s2)
-    priors = jax.tree_util.tree_map(
-        lambda new, old: jnp.where(empirical_bayes, new, old), updated, priors
+    kappa, accept, priors = _update_kappa_priors(
+        s.key,
+        s.post.kappa,
+        stats.resp_sum,
+        dot,
+        rho,
+        a_gamma[:, None] * psi,
+        priors,
+        cfg,
+        empirical_bayes,
     )
     post = Posterior(rho, psi, gamma, kappa)
     wlp = _log_resp_unnormalised(data, post, a_gamma)
@@ -415,6 +317,127 @@ def vi_step(
     return new_state, jnp.any(active)
 
 
+class StreamState(NamedTuple):
+    """Global state of stochastic variational inference (:meth:`BayesianVMFMixture.partial_fit`).
+
+    The natural parameters of the global factors (docs/bayesian_vi.md, "Stochastic
+    variational inference"), each an estimate for the whole corpus of ``n_samples`` rows.
+
+    Attributes
+    ----------
+    resp_sum : jax.Array of shape (K,)
+        N_k: rho_k - alpha (q(pi)) and the weight w_k of q(kappa_k).
+    natural : jax.Array of shape (K, d)
+        E[kappa_k] r_k, the data part of the natural parameter R_k of q(mu_k).
+    dot : jax.Array of shape (K,)
+        delta_k = E[mu_k] . r_k, the other natural parameter of q(kappa_k).
+    post : Posterior
+        The global factors q(pi), q(mu), q(kappa) at these parameters.
+    priors : Priors
+    key : jax.Array
+        MH key of the sampling scheme (fixed: common random numbers, as in :func:`vi_step`).
+    """
+
+    resp_sum: jax.Array
+    natural: jax.Array
+    dot: jax.Array
+    post: Posterior
+    priors: Priors
+    key: jax.Array
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps"),
+    compiler_options=_mixture.JIT_OPTIONS,
+)
+def svi_step(
+    state: StreamState,
+    data,
+    row_weight,
+    step_size,
+    scale,
+    empirical_bayes,
+    *,
+    scheme: str,
+    num_samples: int,
+    num_warmup: int,
+    num_steps: int,
+):
+    r"""One step of stochastic variational inference on a chunk (Hoffman et al. 2013).
+
+    Local step: q(z_i) of the chunk's rows at the current global factors ((U5)). Global
+    step: each natural parameter moves towards its estimate from the chunk, the chunk's
+    statistics scaled by ``scale`` = n / m (n rows of the corpus, m of the chunk),
+
+    .. math::
+
+        \lambda_t = (1 - \rho_t)\, \lambda_{t-1} + \rho_t\, \hat\lambda(\text{chunk}),
+
+    for N_k (so rho_k = alpha + N_k), E[kappa_k] r_k (so R_k = E[kappa_k] r_k + C0 mu0) and
+    delta_k = E[mu_k] . r_k (E[mu_k] after the q(mu) step); then q(kappa_k) by the scheme from
+    (N_k, delta_k) and the empirical Bayes updates (``empirical_bayes``, traced), as in
+    :func:`vi_step`. With one chunk holding all the rows and rho_t = 1 this is one VI
+    iteration.
+
+    Parameters
+    ----------
+    state : StreamState
+    data : DenseData or SparseData
+        The chunk, padded to a bucket size (:func:`bayesvmf._parallel.row_blocks`).
+    row_weight : jax.Array of shape (rows,)
+        1 for a real row, 0 for a padding row.
+    step_size, scale : float64 scalars
+        rho_t and n / m.
+    empirical_bayes : bool scalar
+    scheme, num_samples, num_warmup, num_steps : static, as in :func:`vi_step`.
+
+    Returns
+    -------
+    state : StreamState
+    bound : jax.Array
+        Estimate of the bound per row: :func:`elbo` at the new global factors with the
+        chunk's q(z) statistics scaled by n / m, divided by n.
+    accept_rate : jax.Array of shape (K,)
+    """
+    _mixture.count_trace("bayesian.svi_step")
+    d = data.shape[1]
+    post, priors = state.post, state.priors
+    a_gamma = special.mean_resultant_length(d, post.gamma)
+    wlp = _log_resp_unnormalised(data, post, a_gamma)
+    log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
+    resp = jnp.exp(log_resp)
+    resultant, resp_sum = _mixture.resultants(data, resp * row_weight[:, None])
+    entropy = -jnp.sum(row_weight[:, None] * xlogy(resp, resp))
+
+    def move(old, estimate):
+        return (1.0 - step_size) * old + step_size * estimate
+
+    big_n = move(state.resp_sum, scale * resp_sum)
+    natural = move(state.natural, scale * post.kappa.mean_kappa[:, None] * resultant)
+    rho = priors.alpha + big_n
+    psi, gamma = _update_mu(natural, priors)
+    a_gamma = special.mean_resultant_length(d, gamma)
+    dot = move(state.dot, scale * a_gamma * jnp.sum(psi * resultant, axis=-1))
+    cfg = (scheme, d, num_samples, num_warmup, num_steps)
+    kappa, accept, priors = _update_kappa_priors(
+        state.key,
+        post.kappa,
+        big_n,
+        dot,
+        rho,
+        a_gamma[:, None] * psi,
+        priors,
+        cfg,
+        empirical_bayes,
+    )
+    post = Posterior(rho, psi, gamma, kappa)
+    stats = Statistics(scale * resultant, scale * resp_sum, scale * entropy)
+    n = scale * jnp.sum(row_weight)
+    bound = elbo(post, stats, priors, d, a_gamma) / n
+    return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept
+
+
 @functools.partial(
     jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
 )
@@ -446,7 +469,7 @@ def _init_state(labels, keys, data, priors: Priors, n_components: int, scheme: s
         resp = jax.nn.one_hot(lab, n_components, dtype=jnp.float64)
         stats = Statistics(*_mixture.resultants(data, resp), jnp.zeros((), jnp.float64))
         rbar = jnp.linalg.norm(stats.resultant, axis=-1) / jnp.maximum(stats.resp_sum, 1.0)
-        kappa0, _ = _mixture.solve_kappa(d, rbar, C0_MAX)
+        kappa0, _ = _mixture.solve_kappa(d, rbar, _eb.C0_MAX)
         kappa0 = jnp.where((stats.resp_sum > 0) & (kappa0 > 0), kappa0, jnp.exp(pri.m))
         kstate = _kappa.initial_kappa_state(kappa0, scheme)
         moments = KappaMoments(
@@ -580,6 +603,10 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
     predictive_draws : int, default 64
         Number of draws of q(kappa) behind :meth:`score_samples` and :meth:`to_arviz`
         (sampling scheme; the bounding scheme's log-normal uses Gauss-Hermite quadrature).
+    learning_decay : float in (0.5, 1], default 0.7
+        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`.
+    learning_offset : float >= 0, default 1.0
+        The offset tau of those step sizes (a larger tau damps the first steps).
     normalize : bool, default True
         Rescale rows to unit norm; with False, non-unit rows raise a ValueError.
     random_state : None, int or jax key, default None
@@ -614,6 +641,12 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
     n_iter_ : int
     converged_ : bool
     run_lower_bounds_ : ndarray of shape (n_init,)
+    n_samples_seen_, n_steps_ : int
+        VI fits: rows seen (of the fit and of the :meth:`partial_fit` chunks since) and
+        stochastic steps done since that fit. After :meth:`partial_fit`,
+        ``lower_bound_`` is the bound per row estimated from the last chunk
+        (:func:`svi_step`), ``lower_bounds_`` gets one such value per call and ``n_iter_``
+        grows by one per call.
     n_features_in_ : int
     gibbs_* , rhat_kappa_ : Gibbs fits only (:func:`._gibbs.fit_gibbs`).
 
@@ -651,6 +684,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         "kappa_num_warmup": _mixture.Interval(int, 0, None),
         "kappa_num_steps": _mixture.Interval(int, 1, None),
         "predictive_draws": _mixture.Interval(int, 1, None),
+        "learning_decay": _mixture.Interval(float, 0.5, 1.0, low_open=True),
+        "learning_offset": _mixture.Interval(float, 0.0, None),
         "progress_bar": _mixture.Boolean(),
     }
 
@@ -702,6 +737,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         kappa_num_warmup: int = 20,
         kappa_num_steps: int = 5,
         predictive_draws: int = 64,
+        learning_decay: float = 0.7,
+        learning_offset: float = 1.0,
         normalize: bool = True,
         random_state=None,
         progress_bar: bool = False,
@@ -726,6 +763,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         self.kappa_num_warmup = kappa_num_warmup
         self.kappa_num_steps = kappa_num_steps
         self.predictive_draws = predictive_draws
+        self.learning_decay = learning_decay
+        self.learning_offset = learning_offset
         self.normalize = normalize
         self.random_state = random_state
         self.progress_bar = progress_bar
@@ -803,7 +842,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             resp = jax.nn.one_hot(jnp.asarray(labels[0]), self.n_components, dtype=jnp.float64)
             resultant, _ = _mixture.resultants(data, resp)
             rbar = float(jnp.sum(jnp.linalg.norm(resultant, axis=-1))) / n
-            kappa, _ = _mixture.solve_kappa(d, rbar, C0_MAX)
+            kappa, _ = _mixture.solve_kappa(d, rbar, _eb.C0_MAX)
             m = float(np.log(max(float(kappa), 1e-3)))
         else:
             m = float(self.m)
@@ -816,6 +855,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
     # ---- fitting ----------------------------------------------------------------------------
 
     def _fit(self, data, rng_key) -> None:
+        self._online = None  # a new fit forgets any stream (a VI fit sets its own state)
         key_init, key_fit = jax.random.split(rng_key)
         priors, labels = self._resolve(data, key_init)
         if self.inference == "gibbs":
@@ -862,33 +902,123 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                 progress.close()
         self._set_from_batch(state, history, data, key_draws)
 
+    def partial_fit(self, X, y=None, *, n_samples: int | None = None) -> BayesianVMFMixture:
+        """Update the model with one chunk of rows: stochastic variational inference.
+
+        SVI of Hoffman et al. [2]_ (:func:`svi_step`, docs/bayesian_vi.md): q(z) of the
+        chunk's rows at the current global factors, then every global natural parameter
+        (N_k behind q(pi) and the weight of q(kappa_k), E[kappa_k] r_k behind q(mu_k), the
+        dot delta_k of q(kappa_k)) moves towards its estimate from the chunk scaled by
+        ``n_samples`` / (rows of the chunk), with the step rho_t = (t +
+        ``learning_offset``)^(-``learning_decay``) for the t-th update (the convention of
+        :meth:`bayesvmf.models.SparseVMFMixture.partial_fit`); then q(kappa) by
+        ``kappa_update`` (both schemes) and, with ``empirical_bayes``, the empirical Bayes
+        updates of the hyper-parameters from the global factors.
+
+        The first call on an unfitted model (or one fitted by Gibbs sampling) initialises from
+        the first chunk: a batch VI fit of it (``n_init`` restarts, ``max_iter``, ``tol``; at
+        least ``n_components`` rows), followed by one step with rho = 1, which rescales its
+        statistics to ``n_samples`` rows. A model fitted by VI (``fit``, or earlier calls)
+        continues from its state, with t counted from that fit. Chunks are padded to a few
+        bucket sizes (rows and nnz, at most 41% padding, weight 0), so a stream of similar
+        chunks compiles a few programs and then none. :func:`bayesvmf.streaming.fit_streaming`
+        feeds the chunks of a corpus stored as ``.npz`` files. A model restored by
+        :func:`bayesvmf.load` carries no stream state and starts a new stream.
+
+        Parameters
+        ----------
+        X : array-like or scipy.sparse matrix of shape (n_chunk, n_features)
+        y : ignored
+        n_samples : int or None, default None
+            Number of rows n of the corpus the chunks come from (the statistics of a chunk of
+            m rows are scaled by n / m), as :func:`bayesvmf.streaming.fit_streaming` passes
+            it. None uses the rows seen so far, ``n_samples_seen_`` (an endless stream).
+
+        Returns
+        -------
+        self
+
+        References
+        ----------
+        .. [2] M. D. Hoffman, D. M. Blei, C. Wang and J. Paisley, "Stochastic variational
+           inference", JMLR 14 (2013) 1303-1347.
+        """
+        online = getattr(self, "_online", None)
+        first = online is None
+        if first:
+            self._validate_params()
+            if self.inference != "vi":
+                raise ValueError(
+                    f"{type(self).__name__}.partial_fit runs stochastic variational "
+                    f"inference: it needs inference='vi'; got inference={self.inference!r}."
+                )
+            if not isinstance(self.init, str):
+                raise ValueError(
+                    f"{type(self).__name__}.partial_fit: init as an array of labels "
+                    "cannot be used (the labels of the first chunk are unknown); use "
+                    "init='random' or 'spherical-kmeans++'."
+                )
+        if n_samples is not None and not _mixture.Interval(int, 1, None).check(n_samples):
+            raise ValueError(f"n_samples must be None or an int >= 1; got {n_samples!r}.")
+        Xc = self._check_input(X, reset=first)
+        n_seen = (0 if first else self.n_samples_seen_) + Xc.shape[0]
+        corpus_rows = n_seen if n_samples is None else n_samples
+        with jax.enable_x64(True):
+            key = _mixture.make_key(self.random_state)
+            if first:
+                self._fit(_mixture.to_device(Xc), key)
+                online, step_size = self._online, 1.0
+                self.n_steps_ = 0
+            else:
+                self.n_steps_ += 1
+                step_size = (self.n_steps_ + self.learning_offset) ** (-self.learning_decay)
+            self.n_samples_seen_ = n_seen
+            blocks = _parallel.row_blocks(Xc, jnp.float64, bucket=True)
+            online, bound, accept = svi_step(
+                online,
+                blocks.data,
+                blocks.row_weight,
+                np.float64(step_size),
+                np.float64(corpus_rows / Xc.shape[0]),
+                np.bool_(self.empirical_bayes),
+                scheme=self.kappa_update,
+                num_samples=int(self.kappa_num_samples),
+                num_warmup=int(self.kappa_num_warmup),
+                num_steps=int(self.kappa_num_steps),
+            )
+            self._online = online
+            self._set_posterior(online, accept, jax.random.fold_in(key, self.n_steps_))
+        self.lower_bound_ = float(bound)
+        self.lower_bounds_ = np.append(self.lower_bounds_, self.lower_bound_)
+        self.n_iter_ += 1
+        return self
+
     def _set_from_batch(self, state: VIState, history, data, rng_key) -> None:
         bounds = np.asarray(state.bound)
         best = int(np.argmax(np.where(np.isfinite(bounds), bounds, -np.inf)))
         run = jax.tree_util.tree_map(lambda a: a[best], state)
         n_iter = int(run.n_iter)
-        post = run.post
-        rho = np.asarray(post.rho)
-        self.weight_concentration_ = rho
-        self.weights_ = rho / rho.sum()
-        self.mean_directions_ = np.asarray(post.psi)
-        self.mean_direction_concentration_ = np.asarray(post.gamma)
-        self.concentrations_ = np.asarray(post.kappa.mean_kappa)
-        self.kappa_mean_log_ = np.asarray(post.kappa.mean_log_kappa)
-        self.kappa_var_log_ = np.asarray(post.kappa.var_log_kappa)
-        self.kappa_mean_log_c_ = np.asarray(post.kappa.mean_log_c)
-        self.kappa_accept_rate_ = np.asarray(run.accept_rate)
-        self.alpha_ = float(run.priors.alpha)
-        self.mu0_ = np.asarray(run.priors.mu0)
-        self.C0_ = float(run.priors.C0)
-        self.m_ = float(run.priors.m)
-        self.s2_ = float(run.priors.s2)
+        post, stats = run.post, run.stats
+        d = data.shape[1]
+        dot = special.mean_resultant_length(d, post.gamma) * jnp.sum(
+            post.psi * stats.resultant, axis=-1
+        )
+        # the global natural parameters of this fit: partial_fit continues from them
+        self._online = StreamState(
+            stats.resp_sum,
+            post.kappa.mean_kappa[:, None] * stats.resultant,
+            dot,
+            post,
+            run.priors,
+            run.key,
+        )
+        self.n_samples_seen_, self.n_steps_ = int(data.shape[0]), 0
+        self._set_posterior(self._online, run.accept_rate, rng_key)
         self.lower_bounds_ = np.array([h[best] for h in history[:n_iter]], dtype=np.float64)
         self.lower_bound_ = float(bounds[best])
         self.run_lower_bounds_ = bounds
         self.n_iter_ = n_iter
         self.converged_ = bool(run.converged)
-        self._set_kappa_draws(run, data, rng_key)
         if not self.converged_ and self.max_iter > 0:
             noisy = (
                 " The sampling scheme's bound is a Monte Carlo estimate: a larger "
@@ -904,27 +1034,44 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                 stacklevel=5,
             )
 
-    def _set_kappa_draws(self, run: VIState, data, rng_key) -> None:
+    def _set_posterior(self, online: StreamState, accept_rate, rng_key) -> None:
+        """Set the fitted attributes of the global factors and priors of ``online``."""
+        post, priors = online.post, online.priors
+        rho = np.asarray(post.rho)
+        self.weight_concentration_ = rho
+        self.weights_ = rho / rho.sum()
+        self.mean_directions_ = np.asarray(post.psi)
+        self.mean_direction_concentration_ = np.asarray(post.gamma)
+        self.concentrations_ = np.asarray(post.kappa.mean_kappa)
+        self.kappa_mean_log_ = np.asarray(post.kappa.mean_log_kappa)
+        self.kappa_var_log_ = np.asarray(post.kappa.var_log_kappa)
+        self.kappa_mean_log_c_ = np.asarray(post.kappa.mean_log_c)
+        self.kappa_accept_rate_ = np.asarray(accept_rate)
+        self.alpha_ = float(priors.alpha)
+        self.mu0_ = np.asarray(priors.mu0)
+        self.C0_ = float(priors.C0)
+        self.m_ = float(priors.m)
+        self.s2_ = float(priors.s2)
+        self._set_kappa_draws(online, rng_key)
+
+    def _set_kappa_draws(self, online: StreamState, rng_key) -> None:
         """Represent the final q(kappa) by weighted draws (score_samples, to_arviz)."""
-        d = data.shape[1]
-        kappa = run.post.kappa
+        kappa = online.post.kappa
         if self.kappa_update == "bounding":
             nodes, weights = np.polynomial.hermite.hermgauss(HERMITE_NODES)
             a, b = np.asarray(kappa.mean_log_kappa), np.asarray(kappa.var_log_kappa)
             self.kappa_draws_ = np.exp(a[None] + np.sqrt(2.0 * b)[None] * nodes[:, None])
             self.kappa_draw_log_weights_ = np.log(weights / np.sqrt(np.pi))
             return
-        # the conditional of eq. (1) at the final q(mu), q(z), priors
-        psi, gamma = run.post.psi, run.post.gamma
-        dot = special.mean_resultant_length(d, gamma) * jnp.sum(psi * run.stats.resultant, axis=-1)
+        # the conditional of eq. (1) at the final q(mu), q(z), priors: weight N_k, dot delta_k
         draws, _ = _kappa.kappa_sampling_draws(
             rng_key,
             kappa.state,
-            run.stats.resp_sum,
-            dot,
-            run.priors.m,
-            run.priors.s2,
-            d=d,
+            online.resp_sum,
+            online.dot,
+            online.priors.m,
+            online.priors.s2,
+            d=online.natural.shape[1],
             num_samples=int(self.predictive_draws),
             num_warmup=int(self.kappa_num_warmup),
         )

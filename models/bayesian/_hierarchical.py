@@ -36,7 +36,8 @@ E[mu_n] because the mean-field factors are independent: E[mu_pa . mu_n] = E[mu_p
   classes, even depths then odd depths: no two nodes of one class are adjacent, so each class
   update is a block of exact coordinate maximisations;
 * q(kappa_n): the generic conditional of :mod:`._kappa` with weight_n and dot_n = E[mu_n].s_n;
-* empirical Bayes: alpha by Newton on the Dirichlet terms; mu0 = psi_root (maximises
+* empirical Bayes (:mod:`._empirical_bayes`, the same steps as B-vMFmix): alpha by
+  safeguarded Newton on the Dirichlet terms; mu0 = psi_root (maximises
   C0 mu0.E[mu_root] on the sphere); m, s2 the Gaussian MLE from the moments of log kappa_n.
   C0 is kept fixed: maximising L in C0 gives A_d(C0) = A_d(gamma_root), and since gamma_root
   grows with C0 the iteration drives C0 to infinity (the root collapses onto the point mu0),
@@ -78,11 +79,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import digamma, gammaln, logsumexp
+from jax.scipy.special import logsumexp
 
 from bayesvmf import _mixture, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
 
 __all__ = [
@@ -101,12 +103,6 @@ N_QUADRATURE = 20
 
 #: Smallest concentration used when initial estimates are 0 (uniform); log kappa must exist.
 KAPPA_FLOOR = 1e-2
-
-#: Smallest s2 of the empirical-Bayes update: a floor against an exactly degenerate prior
-#: (every log kappa_n identical, zero posterior variance), never reached in practice.
-S2_FLOOR = 1e-8
-
-ALPHA_NEWTON_STEPS = 30
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,70 +342,6 @@ def vmf_from_natural(R, psi_old):
     return jnp.where((norm > 0)[..., None], R / safe, psi_old), norm
 
 
-def dirichlet_terms(rho, resp_sum, alpha):
-    """Return E[log p(pi)] + E[log p(z | pi)] - E[log q(pi)] for q(pi) = Dir(rho)."""
-    n_leaves = rho.shape[0]
-    elogpi = digamma(rho) - digamma(rho.sum())
-    return (
-        gammaln(n_leaves * alpha)
-        - n_leaves * gammaln(alpha)
-        - gammaln(rho.sum())
-        + gammaln(rho).sum()
-        + jnp.sum((alpha + resp_sum - rho) * elogpi)
-    )
-
-
-def kappa_kl(mean_log_kappa, var_log_kappa, m, s2):
-    """Return -KL(N(a, b) || N(m, s2)) summed: E[log LogNormal(kappa | m, s2)] + H[q(kappa)].
-
-    Exact for the bounding scheme's log-normal q(kappa); for the sampling scheme q(kappa) is
-    represented by the log-normal with the Monte Carlo moments of the draws.
-    """
-    b = jnp.maximum(var_log_kappa, 1e-300)
-    return jnp.sum(0.5 * jnp.log(b / s2) + 0.5 - (b + (mean_log_kappa - m) ** 2) / (2 * s2))
-
-
-def update_alpha(alpha, elogpi_sum, n_leaves):
-    """Maximise log G(L a) - L log G(a) + a sum_l E[log pi_l] over a > 0 (empirical Bayes).
-
-    The objective is concave in a; Newton steps, halving towards 0 when a step would leave
-    a > 0 (the maximiser is positive: the derivative tends to +inf as a -> 0).
-    """
-
-    def body(_, a):
-        grad = n_leaves * digamma(n_leaves * a) - n_leaves * digamma(a) + elogpi_sum
-        hess = n_leaves**2 * special_polygamma1(n_leaves * a) - n_leaves * special_polygamma1(a)
-        step = a - grad / hess
-        return jnp.where(step > 0, step, a / 2)
-
-    return jax.lax.fori_loop(0, ALPHA_NEWTON_STEPS, body, alpha)
-
-
-def special_polygamma1(x):
-    """Trigamma psi'(x)."""
-    return jax.scipy.special.polygamma(1, x)
-
-
-def update_log_normal_prior(mean_log_kappa, var_log_kappa):
-    """Empirical Bayes of (m, s2): the Gaussian MLE from the moments of log kappa."""
-    m = jnp.mean(mean_log_kappa)
-    s2 = jnp.mean(var_log_kappa + (mean_log_kappa - m) ** 2)
-    return m, jnp.maximum(s2, S2_FLOOR)
-
-
-def kappa_step(scheme, rng_key, kstate, weight, dot, m, s2, *, d, num_samples, num_steps):
-    """Run one update of q(kappa) by the scheme of :mod:`._kappa`; return its moments."""
-    if scheme == "sampling":
-        moments, _ = _kappa.kappa_sampling_update(
-            rng_key, kstate, weight, dot, m, s2, d=d, num_samples=num_samples
-        )
-    else:
-        moments, _ = _kappa.kappa_bounding_update(
-            kstate, weight, dot, m, s2, d=d, num_steps=num_steps
-        )
-    return moments
-
-
 def quadrature_log_kappa(mean_log_kappa, var_log_kappa):
     """Return Gauss-Hermite nodes kappa_j (..., Q) and log weights (Q,) of LogNormal(a, b)."""
     t, w = np.polynomial.hermite.hermgauss(N_QUADRATURE)
@@ -513,11 +445,6 @@ class HInfo(NamedTuple):
     resp_sum: jax.Array
 
 
-def expected_log_pi(rho):
-    """E[log pi_l] = digamma(rho_l) - digamma(sum rho) under q(pi) = Dir(rho)."""
-    return digamma(rho) - digamma(rho.sum())
-
-
 def _node_sums(tree: Tree, emu, resultant):
     """Return s_n: the sum of the children's E[mu_c] (internal) or r_l (leaf), (N, d)."""
     child_sum = jax.ops.segment_sum(
@@ -562,8 +489,8 @@ def lower_bound(tree: Tree, state: HState, stats: ZStats):
         log_c[-1]
         + p.C0 * jnp.dot(p.mu0, state.emu[tree.root])
         + jnp.sum(weight * k.mean_log_c + k.mean_kappa * dot)
-        + dirichlet_terms(state.rho, stats.resp_sum, p.alpha)
-        + kappa_kl(k.mean_log_kappa, k.var_log_kappa, p.m, p.s2)
+        + _eb.dirichlet_terms(state.rho, stats.resp_sum, p.alpha)
+        - jnp.sum(_kappa.kl_normal(k.mean_log_kappa, k.var_log_kappa, p.m, p.s2))
         + jnp.sum(entropy_mu)
         + stats.entropy
     )
@@ -573,7 +500,8 @@ def e_step(data, tree: Tree, state: HState) -> ZStats:
     """Update q(z) (log lam_il of the module docstring); return its statistics."""
     k = state.kappa
     cos = _mixture.data_dot(data, state.emu[tree.leaves].T)
-    wlp = expected_log_pi(state.rho) + k.mean_log_c[tree.leaves] + k.mean_kappa[tree.leaves] * cos
+    log_pi = _eb.expected_log_pi(state.rho)
+    wlp = log_pi + k.mean_log_c[tree.leaves] + k.mean_kappa[tree.leaves] * cos
     log_lam = wlp - logsumexp(wlp, axis=1, keepdims=True)
     lam = jnp.exp(log_lam)
     resultant, resp_sum = _mixture.resultants(data, lam)
@@ -598,7 +526,7 @@ def m_part(
     for mask in (tree.even, ~tree.even):
         state = _update_mu(tree, state, stats.resultant, mask)
     weight, dot = _kappa_inputs(tree, state.emu, stats)
-    kappa = kappa_step(
+    kappa, _ = _kappa.update(
         scheme,
         rng_key,
         state.kappa.state,
@@ -608,12 +536,13 @@ def m_part(
         p.s2,
         d=d,
         num_samples=num_samples,
+        num_warmup=0,
         num_steps=num_steps,
     )
-    if empirical_bayes:
-        alpha = update_alpha(p.alpha, jnp.sum(expected_log_pi(state.rho)), state.rho.shape[0])
-        mu0 = jnp.where(state.gamma[tree.root] > 0, state.psi[tree.root], p.mu0)
-        m, s2 = update_log_normal_prior(kappa.mean_log_kappa, kappa.var_log_kappa)
+    if empirical_bayes:  # sec. 3.1.3; C0 stays the user's (module docstring)
+        alpha = _eb.update_alpha(p.alpha, state.rho)
+        mu0, _ = _eb.update_mu0(state.emu[tree.root][None], p.mu0)
+        m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
         p = p._replace(alpha=alpha, mu0=mu0, m=m, s2=s2)
     return state._replace(kappa=kappa, priors=p)
 

@@ -87,9 +87,12 @@ Final signatures (stable; the other Bayesian modules import them)::
                           num_warmup=0, step_size=2.4) -> (KappaMoments, accept_rate (J,))
     kappa_sampling_draws(same arguments) -> (log kappa draws (num_samples, J), accept_rate)
     log_c_lower_bound(a, b, *, d) -> Array
+    kl_normal(a, b, m, s2) -> Array   (KL(N(a, b) || N(m, s2)), the q(kappa) term of a bound)
     bounding_objective(state, weight, dot, m, s2, *, d) -> Array (J,)
     kappa_bounding_update(state, weight, dot, m, s2, *, d, num_steps,
                           max_halvings=30) -> (KappaMoments, objective (J,))
+    update(scheme, rng_key, state, weight, dot, m, s2, *, d, num_samples, num_warmup,
+           num_steps) -> (KappaMoments, accept_rate (J,))   (either scheme; ones for bounding)
     initial_kappa_state(kappa, scheme, var_log_kappa=0.01) -> state
     moments_from_state(state, scheme, *, d) -> KappaMoments   (bounding only: closed form)
 
@@ -129,8 +132,10 @@ __all__ = [
     "kappa_sampling_draws",
     "kappa_sampling_update",
     "log_c_lower_bound",
+    "kl_normal",
     "bounding_objective",
     "kappa_bounding_update",
+    "update",
     "initial_kappa_state",
     "moments_from_state",
 ]
@@ -441,8 +446,13 @@ def log_c_lower_bound(a, b, *, d: int):
     return const - excess + nu * jnp.log1p(ratio)
 
 
-def _kl_normal(a, b, m, s2):
-    """KL(N(a, b) || N(m, s2)) (variances b, s2)."""
+def kl_normal(a, b, m, s2):
+    """Return KL(N(a, b) || N(m, s2)) (variances b, s2), elementwise.
+
+    -KL(q(log kappa) || prior) is every model's q(kappa) term of the bound: the 1/kappa
+    Jacobians of the two log-normal densities cancel (docs/bayesian_vi.md, eq. (B5)). For the
+    sampling scheme (a, b) are the Monte Carlo moments of the draws (moment matching).
+    """
     return 0.5 * (jnp.log(s2) - jnp.log(b) + (b + (a - m) ** 2) / s2 - 1.0)
 
 
@@ -467,7 +477,7 @@ def bounding_objective(state, weight, dot, m, s2, *, d: int):
     """
     a, b = state[..., 0], jnp.exp(state[..., 1])
     return (
-        weight * log_c_lower_bound(a, b, d=d) + dot * jnp.exp(a + 0.5 * b) - _kl_normal(a, b, m, s2)
+        weight * log_c_lower_bound(a, b, d=d) + dot * jnp.exp(a + 0.5 * b) - kl_normal(a, b, m, s2)
     )
 
 
@@ -544,6 +554,48 @@ def kappa_bounding_update(
     value0 = one(state, weight, dot, m, s2)
     (state, value), _ = jax.lax.scan(step, (state, value0), None, length=num_steps)
     return moments_from_state(state, "bounding", d=d), value
+
+
+def update(
+    scheme: str,
+    rng_key,
+    state,
+    weight,
+    dot,
+    m,
+    s2,
+    *,
+    d: int,
+    num_samples: int,
+    num_warmup: int,
+    num_steps: int,
+):
+    """Update q(kappa_j) by ``scheme``: the one call every model's VI iteration makes.
+
+    Dispatches to :func:`kappa_sampling_update` (``rng_key``, ``num_samples``,
+    ``num_warmup``) or :func:`kappa_bounding_update` (``num_steps``); ``scheme`` and the
+    sizes are static.
+
+    Returns
+    -------
+    moments : KappaMoments
+    accept_rate : jax.Array of shape (J,)
+        MH acceptance of the retained steps (sampling); ones (bounding).
+    """
+    if scheme == "sampling":
+        return kappa_sampling_update(
+            rng_key,
+            state,
+            weight,
+            dot,
+            m,
+            s2,
+            d=d,
+            num_samples=num_samples,
+            num_warmup=num_warmup,
+        )
+    moments, _ = kappa_bounding_update(state, weight, dot, m, s2, d=d, num_steps=num_steps)
+    return moments, jnp.ones_like(moments.mean_kappa)
 
 
 def moments_from_state(state, scheme: str, *, d: int) -> KappaMoments:

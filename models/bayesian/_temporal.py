@@ -34,7 +34,8 @@ E[mu_{t-1}.mu_t] = E[mu_{t-1}].E[mu_t].
   less. Even times are updated first, then odd times (no two times of one class are
   neighbours, so each class update is exact);
 * q(kappa_k): :mod:`._kappa` with weight_k = N_k, dot_k = sum_t E[mu_tk].r_tk;
-* q(pi): rho_k = alpha + N_k; empirical Bayes: alpha (Newton), mu_{-1} the direction of
+* q(pi): rho_k = alpha + N_k; empirical Bayes (:mod:`._empirical_bayes`): alpha
+  (safeguarded Newton), mu_{-1} the direction of
   sum_k E[mu_0k], (m, s2) the Gaussian MLE of the log kappa moments.
 
 A time step without data is allowed: its r_tk = 0 and q(mu_tk) interpolates between the
@@ -79,6 +80,7 @@ from jax.scipy.special import logsumexp
 
 from bayesvmf import _mixture, special
 from bayesvmf._mixture import count_trace
+from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _hierarchical as _h
 from bayesvmf.models.bayesian import _kappa
 
@@ -216,8 +218,8 @@ def lower_bound(state: TState, stats: TStats):
         n_times * n_comp * log_c[-1]
         + p.C0 * jnp.sum(prev * state.emu)
         + jnp.sum(weight * k.mean_log_c + k.mean_kappa * dot)
-        + _h.dirichlet_terms(state.rho, weight, p.alpha)
-        + _h.kappa_kl(k.mean_log_kappa, k.var_log_kappa, p.m, p.s2)
+        + _eb.dirichlet_terms(state.rho, weight, p.alpha)
+        - jnp.sum(_kappa.kl_normal(k.mean_log_kappa, k.var_log_kappa, p.m, p.s2))
         + jnp.sum(entropy_mu)
         + stats.entropy
     )
@@ -240,7 +242,7 @@ def e_step(data, times, state: TState) -> TStats:
     n_times, n_comp, d = state.psi.shape
     k = state.kappa
     cos = _row_cosines(data, times, state.emu)
-    wlp = _h.expected_log_pi(state.rho) + k.mean_log_c + k.mean_kappa * cos
+    wlp = _eb.expected_log_pi(state.rho) + k.mean_log_c + k.mean_kappa * cos
     log_lam = wlp - logsumexp(wlp, axis=1, keepdims=True)
     lam = jnp.exp(log_lam)
     onehot = _time_onehot(times, n_times)
@@ -262,7 +264,7 @@ def m_part(
     for mask in (even, ~even):
         state = _update_mu(state, stats.resultant, mask)
     weight, dot = _kappa_inputs(state.emu, stats)
-    kappa = _h.kappa_step(
+    kappa, _ = _kappa.update(
         scheme,
         rng_key,
         state.kappa.state,
@@ -272,14 +274,13 @@ def m_part(
         p.s2,
         d=d,
         num_samples=num_samples,
+        num_warmup=0,
         num_steps=num_steps,
     )
-    if empirical_bayes:
-        alpha = _h.update_alpha(p.alpha, jnp.sum(_h.expected_log_pi(state.rho)), state.rho.shape[0])
-        first = state.emu[0].sum(axis=0)
-        norm = jnp.linalg.norm(first)
-        mu0 = jnp.where(norm > 0, first / jnp.where(norm > 0, norm, 1.0), p.mu0)
-        m, s2 = _h.update_log_normal_prior(kappa.mean_log_kappa, kappa.var_log_kappa)
+    if empirical_bayes:  # sec. 3.1.3; C0 stays the user's (module docstring)
+        alpha = _eb.update_alpha(p.alpha, state.rho)
+        mu0, _ = _eb.update_mu0(state.emu[0], p.mu0)
+        m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
         p = p._replace(alpha=alpha, mu0=mu0, m=m, s2=s2)
     return state._replace(kappa=kappa, priors=p)
 
