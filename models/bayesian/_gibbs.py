@@ -19,10 +19,14 @@ b_k = kappa_k s_k + C0 mu0 (derivation in ``docs/bayesian_gibbs.md``):
 (the second is the kappa conditional of sec. 3.1.2 of [1]_ on the log scale: the log-normal
 density times the Jacobian kappa is the normal density of log kappa; C_d(C0) is a constant).
 
-Cost: a move of x_i needs ``x_i . s_k`` for the K candidates (O(K d) dense, O(K nnz_i) for a
-sparse row read from the CSR arrays) and 2K normalisers; n_k, s_k, |s_k|^2 and s_k . mu0 are
-carried and updated in O(d) (O(nnz_i)) per move, never recomputed per point. |s_k|^2 and
-s_k . mu0 are refreshed from s_k once per sweep (O(K d)) so that rounding cannot drift.
+Cost: a row needs ``x_i . s_k`` for the K candidates (O(K d) dense, O(K nnz_i) for a sparse
+row read from the CSR arrays) and K normalisers (log C_d of the current |b_k| is carried);
+n_k, s_k, |s_k|^2 and s_k . mu0 are carried and updated in O(d) (O(nnz_i)) per label
+change, never recomputed per point. |s_k|^2, s_k . mu0 and log C_d(|b_k|) are refreshed from
+s_k once per sweep (O(K d)) so that rounding cannot drift. The sweep is evaluated
+speculatively in blocks of rows (:func:`gibbs_z_sweep`): exact, the same draws as a
+one-row-at-a-time sweep, with one batched normaliser call per block; the normaliser
+evaluations (n K per sweep) are its floor (``docs/bayesian_gibbs.md``).
 
 Symbols (code name <-> paper):
 
@@ -85,6 +89,9 @@ __all__ = [
 #: Sweeps per jitted chunk (the progress bar moves between chunks); a fit runs
 #: ceil(total / GIBBS_CHUNK) chunks of equal length, so the chunk program compiles once.
 GIBBS_CHUNK = 50
+#: Rows whose label conditionals are evaluated together by the speculative sweep
+#: (:func:`gibbs_z_sweep`): one batched normaliser call per block instead of one per row.
+GIBBS_BLOCK = 32
 #: Random-walk MH steps on each log kappa_k per sweep. A step costs O(K) (the norms come
 #: from the carried |s_k|^2 and s_k . mu0), against O(n K d) for the label sweep.
 KAPPA_MH_STEPS = 10
@@ -265,11 +272,11 @@ def _row_reader(data, max_nnz: int):
     return read_sparse
 
 
-def _dots(resultant, cols, x):
-    """Return s_k . x for every k (O(K d) dense, O(K nnz) sparse)."""
+def _block_dots(resultant, cols, x):
+    """Return x_j . s_k for the rows of a block, shape (B, K) (O(B K d) dense, O(B K nnz))."""
     if cols is None:
-        return resultant @ x
-    return resultant[:, cols] @ x
+        return x @ resultant.T
+    return jnp.einsum("kbm,bm->bk", resultant[:, cols], x)
 
 
 def _add_row(resultant, k, cols, x):
@@ -284,6 +291,18 @@ def _norms_sq(kappa, resultant_sq, resultant_mu0, C0):
     return kappa * kappa * resultant_sq + 2.0 * kappa * C0 * resultant_mu0 + C0 * C0
 
 
+def _inverse_cdf(logits, uniforms):
+    """Draw k with P(k) proportional to exp(logits[..., k]), by inversion with u ~ U[0, 1).
+
+    k is the first index whose cumulative weight exceeds u times the total, so a weight
+    that underflows to zero is never drawn.
+    """
+    weights = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+    cumulative = jnp.cumsum(weights, axis=-1)
+    above = cumulative > uniforms[..., None] * cumulative[..., -1:]
+    return jnp.argmax(above, axis=-1).astype(jnp.int32)
+
+
 # --------------------------------------------------------------------------------------------
 # The two moves
 # --------------------------------------------------------------------------------------------
@@ -293,14 +312,27 @@ def gibbs_z_sweep(rng_key, state: GibbsState, data, hyper: Priors, x_mu0, max_nn
     """Resample every z_i once, in order, from its collapsed conditional (sec. 3.1.2 of [1]_).
 
     p(z_i = k | rest) is proportional to (alpha + n_{-i,k}) C_d(kappa_k) C_d(|b_k|) /
-    C_d(|b_k + kappa_k x_i|) with b_k = kappa_k s_{-i,k} + C0 mu0; |b_k|^2 and
-    |b_k + kappa_k x_i|^2 are expanded with the carried |s_k|^2 and s_k . mu0, so a move
-    costs the K dot products x_i . s_k and 2K normalisers, and the statistics are updated in
-    O(d) (O(nnz_i) for a sparse row).
+    C_d(|b_k + kappa_k x_i|) with b_k = kappa_k s_{-i,k} + C0 mu0 (eq. (D) of
+    ``docs/bayesian_gibbs.md``); |b_k|^2 and |b_k + kappa_k x_i|^2 are expanded with the
+    carried |s_k|^2 and s_k . mu0, and log C_d(|kappa_k s_k + C0 mu0|) of the current state
+    is carried too, so a row needs the K products x_i . s_k and K normalisers: the K - 1
+    joined norms and the one left norm of its own component.
+
+    The sweep is the sequential systematic-scan Gibbs sampler, evaluated speculatively in
+    blocks of ``GIBBS_BLOCK`` rows: the conditionals of the next B rows are computed together
+    (one batched normaliser call) from the current state, and z_i is drawn by inversion of
+    its conditional with its own uniform u_i (one U[0, 1) per row, drawn up front). A row
+    that keeps its label leaves the state unchanged, so the conditional of the row after it,
+    computed from the same state, is exact. At the first row that changes label the move is
+    applied and the next block starts at the row after it. Every row is therefore drawn from
+    its exact conditional given all the rows before it, with the same u_i as a one-row-at-
+    a-time sweep: the output equals that of the sequential sampler (up to rounding), and the
+    number of blocks is at most (number of label changes) + n / B.
 
     Parameters
     ----------
     rng_key : jax.Array
+        The uniforms are ``jax.random.uniform(rng_key, (n,), float64)``, u_i for row i.
     state : GibbsState
     data : DenseData or SparseData
     hyper : Priors
@@ -317,51 +349,84 @@ def gibbs_z_sweep(rng_key, state: GibbsState, data, hyper: Priors, x_mu0, max_nn
     n_components = state.kappa.shape[0]
     kappa, C0, log_c_kappa = state.kappa, hyper.C0, state.log_c_kappa
     components = jnp.arange(n_components)
-    read = _row_reader(data, max_nnz)
-    # refresh the two carried scalars per component from s_k once per sweep (O(K d)), so
-    # that rounding in the O(1) per-move updates cannot accumulate over many sweeps
+    read = jax.vmap(_row_reader(data, max_nnz))
+    uniforms = jax.random.uniform(rng_key, (n,), jnp.float64)
+    # refresh the carried per-component scalars and log C_d(|b_k|) from s_k once per sweep
+    # (O(K d)), so that rounding in the O(1) per-change updates cannot accumulate over sweeps
     resultant_sq = jnp.sum(state.resultant * state.resultant, axis=1)
     resultant_mu0 = state.resultant @ hyper.mu0
+    norm_sq = _norms_sq(kappa, resultant_sq, resultant_mu0, C0)
+    log_c_norm = _mixture.log_normalizer(d, jnp.sqrt(jnp.maximum(norm_sq, 0.0)))
 
-    def move(carry, inputs):
-        z, counts, resultant, resultant_sq, resultant_mu0 = carry
-        i, key = inputs
-        cols, x = read(i)
-        x_sq = jnp.sum(x * x)
-        xm = x_mu0[i]
-        old = components == z[i]
-        # remove x_i from its component: x . s_{-i,k} = x . s_k - |x|^2 [k = z_i],
-        # |s - x|^2 = |s|^2 - 2 x . (s - x) - |x|^2
-        dots = _dots(resultant, cols, x) - jnp.where(old, x_sq, 0.0)
-        resultant = _add_row(resultant, z[i], cols, -x)
-        resultant_sq = resultant_sq - jnp.where(old, 2.0 * dots + x_sq, 0.0)
-        resultant_mu0 = resultant_mu0 - jnp.where(old, xm, 0.0)
-        counts = counts - old
-        norm_sq = _norms_sq(kappa, resultant_sq, resultant_mu0, C0)
+    def next_block(carry, block: int):
+        """Draw rows start, start + 1, ... up to the first label change (at most ``block``)."""
+        start, _, z, counts, resultant, resultant_sq, resultant_mu0, log_c_norm = carry
+        rows = start + jnp.arange(block, dtype=jnp.int32)
+        valid = rows < n
+        rows = jnp.minimum(rows, n - 1)
+        cols, x = read(rows)  # x: (B, d) dense, (B, max_nnz) sparse
+        x_sq = jnp.sum(x * x, axis=1)[:, None]
+        xm = x_mu0[rows][:, None]
+        old = z[rows]
+        is_old = old[:, None] == components  # (B, K)
+        # x_i . s_{-i,k}, |s_{-i,k}|^2 = |s|^2 - 2 x . (s - x) - |x|^2, s_{-i,k} . mu0
+        dots = _block_dots(resultant, cols, x) - jnp.where(is_old, x_sq, 0.0)
+        left_sq = resultant_sq - jnp.where(is_old, 2.0 * dots + x_sq, 0.0)
+        left_mu0 = resultant_mu0 - jnp.where(is_old, xm, 0.0)
+        left_norm_sq = _norms_sq(kappa, left_sq, left_mu0, C0)  # |b_k|^2 without x_i
         # |b + kappa x|^2 = |b|^2 + 2 kappa (kappa x . s + C0 x . mu0) + kappa^2 |x|^2
-        new_sq = norm_sq + 2.0 * kappa * (kappa * dots + C0 * xm) + kappa * kappa * x_sq
-        # one normaliser call on both norms (one compiled instance of the special function)
-        log_c = _mixture.log_normalizer(
-            d, jnp.sqrt(jnp.maximum(jnp.concatenate([norm_sq, new_sq]), 0.0))
-        )
+        joined_sq = left_norm_sq + 2.0 * kappa * (kappa * dots + C0 * xm) + kappa * kappa * x_sq
+        # the normaliser each candidate needs beyond the carried log C_d(|b_k|) of the state:
+        # k != z_i: |b_k + kappa x_i| (x_i joins); k = z_i: |b_{-i,k}| (x_i leaves; joined
+        # back it is the state's |b_k|, whose log C_d is carried)
+        changed = jnp.where(is_old, left_norm_sq, joined_sq)
+        log_c = _mixture.log_normalizer(d, jnp.sqrt(jnp.maximum(changed, 0.0)))
         logits = (
-            jnp.log(hyper.alpha + counts)
+            jnp.log(hyper.alpha + counts - is_old)
             + log_c_kappa
-            + log_c[:n_components]
-            - log_c[n_components:]
+            + jnp.where(is_old, log_c - log_c_norm, log_c_norm - log_c)
         )
-        k = jax.random.categorical(key, logits).astype(jnp.int32)
-        new = components == k
-        resultant = _add_row(resultant, k, cols, x)
-        resultant_sq = resultant_sq + jnp.where(new, 2.0 * dots + x_sq, 0.0)
-        resultant_mu0 = resultant_mu0 + jnp.where(new, xm, 0.0)
-        counts = counts + new
-        return (z.at[i].set(k), counts, resultant, resultant_sq, resultant_mu0), None
+        new = _inverse_cdf(logits, uniforms[rows])
+        moved = valid & (new != old)
+        any_moved = jnp.any(moved)
+        j = jnp.argmax(moved)  # the first row of the block that changes label
+        k_old, k_new = old[j], new[j]
+        x_j = any_moved * x[j]  # zero when every row kept its label: the state stands
+        cols_j = None if cols is None else cols[j]
+        resultant = _add_row(_add_row(resultant, k_old, cols_j, -x_j), k_new, cols_j, x_j)
+        leave = any_moved & (components == k_old)
+        join = any_moved & (components == k_new)
+        resultant_sq = jnp.where(leave, left_sq[j], resultant_sq)
+        resultant_sq = jnp.where(join, resultant_sq + 2.0 * dots[j] + x_sq[j], resultant_sq)
+        resultant_mu0 = resultant_mu0 + jnp.where(join, xm[j], 0.0) - jnp.where(leave, xm[j], 0.0)
+        counts = counts + join - leave
+        log_c_norm = jnp.where(leave | join, log_c[j], log_c_norm)
+        z = z.at[rows[j]].set(jnp.where(any_moved, k_new, k_old))
+        start = jnp.where(any_moved, rows[j] + 1, start + block).astype(jnp.int32)
+        return start, any_moved, z, counts, resultant, resultant_sq, resultant_mu0, log_c_norm
 
-    keys = jax.random.split(rng_key, n)
-    carry = (state.z, state.counts, state.resultant, resultant_sq, resultant_mu0)
-    (z, counts, resultant, resultant_sq, resultant_mu0), _ = lax.scan(
-        move, carry, (jnp.arange(n), keys)
+    def next_rows(carry):
+        # after a label change the next block is one row: where labels change often, a
+        # long block would mostly be evaluated in vain; after a kept row, a long block
+        return lax.cond(
+            carry[1],
+            functools.partial(next_block, block=1),
+            functools.partial(next_block, block=min(GIBBS_BLOCK, n)),
+            carry,
+        )
+
+    carry = (
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((), bool),
+        state.z,
+        state.counts,
+        state.resultant,
+        resultant_sq,
+        resultant_mu0,
+        log_c_norm,
+    )
+    _, _, z, counts, resultant, resultant_sq, resultant_mu0, _ = lax.while_loop(
+        lambda carry: carry[0] < n, next_rows, carry
     )
     return state._replace(
         z=z,
@@ -492,7 +557,7 @@ def gibbs_sweep(rng_key, state: GibbsState, data, hyper: Priors, x_mu0, adapt, m
 
 @functools.partial(jax.jit, static_argnames=("max_nnz",), compiler_options=JIT_OPTIONS)
 def _gibbs_chunk(keys, adapt, slots, states, frequency, retained, data, hyper, max_nnz):
-    """Run ``keys.shape[1]`` sweeps of every chain (vmapped over the leading chain axis).
+    """Run ``keys.shape[1]`` sweeps of every chain (chains one after the other, lax.map).
 
     ``adapt`` (chain, sweep) is 1 in warm-up; ``slots`` (chain, sweep) is the index in
     ``retained`` where the sweep's resultants are stored, or -1. ``frequency`` (chain, n, K)
@@ -517,7 +582,10 @@ def _gibbs_chunk(keys, adapt, slots, states, frequency, retained, data, hyper, m
         )
         return state, freq, kept, infos
 
-    return jax.vmap(one_chain)(keys, adapt, slots, states, frequency, retained)
+    # chains one after the other (lax.map), not vmapped: a sweep's cost is the normaliser
+    # evaluations, not per-operation overhead, and unbatched, the ``lax.cond`` of
+    # gibbs_z_sweep runs only the branch it takes
+    return lax.map(lambda args: one_chain(*args), (keys, adapt, slots, states, frequency, retained))
 
 
 @functools.partial(jax.jit, static_argnames=("n_components",), compiler_options=JIT_OPTIONS)
@@ -591,9 +659,9 @@ def run_chains(
 ):
     """Run ``len(init_labels)`` chains of the collapsed sampler (warm-up included).
 
-    Chains are vmapped; the sweeps run as a ``lax.scan`` in ``ceil(total / GIBBS_CHUNK)``
-    chunks of equal length (one compile), with a tqdm bar over the chunks when
-    ``progress_bar``.
+    Chains run one after the other in one program (``lax.map``); the sweeps run as a
+    ``lax.scan`` in ``ceil(total / GIBBS_CHUNK)`` chunks of equal length (one compile), with
+    a tqdm bar over the chunks when ``progress_bar``.
 
     Parameters
     ----------
@@ -833,7 +901,7 @@ def _posterior_mean_directions(kappa, resultant, hyper, d):
 def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels) -> None:
     """Fit B-vMFmix by collapsed Gibbs (sec. 3.1.2 of [1]_); set the estimator's attributes.
 
-    Runs ``estimator.num_chains`` chains (vmapped) of ``num_warmup`` + ``num_samples``
+    Runs ``estimator.num_chains`` chains (one program) of ``num_warmup`` + ``num_samples``
     sweeps, each chain from its row of ``init_labels`` and kappa_k at the ML estimate of its
     initial clusters. The chains are aligned to chain 0's labelling (:func:`align_chains`)
     before anything is exported. Sets:
