@@ -87,8 +87,14 @@ def bench_kmeans(Xn, y, out):
 # ---- 2./3. peak memory of batch and streamed fits (subprocess) ------------------------------
 
 CHILD = r"""
-import gc, json, sys, time, warnings
+import ctypes, gc, json, sys, time, warnings
 import numpy as np, scipy.sparse as sp
+
+def release_free_memory():
+    # hand the pages glibc keeps after frees back to the kernel, so that the peak measured
+    # next counts the fit's own allocations, not the warm-up's leftovers reused or not
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 def status(key):
     for line in open("/proc/self/status"):
@@ -113,7 +119,7 @@ if mode == "batch":
     X = sp.load_npz(paths[0]).tocsr()
     res["rss_data_loaded"] = status("VmRSS")
     SparseVMFMixture(K, **{**kw, "max_iter": 2}, random_state=1).fit(X)  # compiles
-    gc.collect()
+    release_free_memory()
     reset_peak()
     res["rss_before_fit"] = status("VmRSS")
     t = time.perf_counter()
@@ -125,7 +131,7 @@ else:
     # warm-up: a whole pass compiles the batch programs (first chunk) and the online step
     # for every padded chunk shape (bucket) of the corpus
     fit_streaming(SparseVMFMixture(K, **kw, random_state=1), paths)
-    gc.collect()
+    release_free_memory()
     reset_peak()
     res["rss_before_fit"] = status("VmRSS")
     t = time.perf_counter()
@@ -342,7 +348,10 @@ def to_markdown(out):
         f"Measured {out['measured']['kmeans']}. Same unit-normalised CSR matrix, K = {K}, "
         f"{N_INIT} restarts each, at most 100 "
         "iterations; ARI against the generating topics. SparseVMFMixture: free kappa, "
-        "tol 1e-6; the first fit includes compilation.",
+        "tol 1e-6; the first fit includes compilation. Its restarts run side by side, so "
+        "every iteration costs the products of all 4 (the 4 K columns of one pass) and the "
+        "loop runs until the slowest restart stops; the table gives the kept run's "
+        "iterations.",
         "",
         "| method | fit, s | iterations (kept run) | ARI |",
         "|---|---|---|---|",
@@ -358,11 +367,25 @@ def to_markdown(out):
         f"{mem['largest_chunk_bytes'] / mb:.1f} MiB. Measured {out['measured']['memory']}. "
         "Each fit runs in a fresh subprocess "
         "(n_init = 1, at most 100 iterations) after a compiling warm-up; the peak RSS "
-        "counter (VmHWM) is reset before the fit. Fit memory = peak RSS minus the process "
-        "without data (interpreter, JAX, compiled programs); for the batch fit this counts "
-        "the host copy of the data. Ratio = fit memory / (data + parameters). RSS counts "
-        "the pages the memory allocators keep: two runs of this benchmark on the same "
-        "corpus differed by up to 1.8x for the batch fits; read these as rough figures.",
+        "counter (VmHWM) is reset before the fit, after `malloc_trim(0)` has handed the "
+        "pages glibc kept from the warm-up back to the kernel (runs measured at 2026-11-22 "
+        "04:14 UTC and before did not; the warm-up's freed pages, reused by the fit, hid part "
+        "of its memory, and two such runs differed by up to 1.8x). Fit memory = peak RSS "
+        "minus the process without data (interpreter, JAX, compiled programs); for the "
+        "batch fit this counts the caller's copy of the data. Ratio = fit memory / (data + "
+        "parameters). RSS also counts the freed blocks glibc keeps for reuse; read these as "
+        "rough figures.",
+        "",
+        "Memory model of a batch fit (the SparseVMFMixture docstring): the caller's X; the "
+        "normalised copy made by `check_directional` and its temporaries (released before "
+        "EM since this version); one device copy of the CSR arrays (float32 values with "
+        "dtype='mixed'); O(K d) per restart (directions, resultants, the M-step's new "
+        "directions) and O(n K) responsibilities. Transient, and the bulk of the excess: "
+        "each product of the CPU ('scipy') kernel receives its operands, the CSR arrays "
+        "included, as a fresh host copy, and float64 values cross it as bit patterns (one "
+        "more copy); glibc keeps these freed blocks per thread, so the resident set grows "
+        "over the first iterations. Reaching 2x needs the kernel to keep the CSR arrays on "
+        "the host and pass only the dense operands (a change to `_mixture.SparseData`).",
         "",
         "| fit | data products | fit memory, MiB | ratio | fit, s | total log-likelihood |",
         "|---|---|---|---|---|---|",

@@ -169,31 +169,31 @@ def _m_step(resultant, resp_sum, kappa, beta, kappa_max, shared_kappa: bool):
     """M-step of one run (traceable; d static from ``resultant``). See :func:`m_step`."""
     d = resultant.shape[-1]
 
-    def fixed_point(carry):
-        # eq. (22) (directions given kappa), then eq. (21)/(27) (kappa given directions)
-        it, kappa, _, _, _, _, _ = carry
+    def directions(kappa):
+        # eq. (22) (directions given kappa) and the rho of eq. (26)/(27) they give
         mu, norm = soft_threshold_directions(resultant, kappa, beta)
-        rho = _rho(mu, resultant, resp_sum, shared_kappa)
-        new_kappa, collapsed = _mixture.solve_kappa(d, rho, kappa_max)
+        return mu, norm, _rho(mu, resultant, resp_sum, shared_kappa)
+
+    def fixed_point(carry):
+        # one pass of eq. (22) then eq. (21)/(27) (kappa given directions)
+        it, kappa, _ = carry
+        new_kappa, _ = _mixture.solve_kappa(d, directions(kappa)[2], kappa_max)
         change = jnp.max(jnp.abs(new_kappa - kappa) / jnp.maximum(jnp.abs(new_kappa), 1.0))
-        return it + 1, new_kappa, change, mu, norm, rho, collapsed
+        return it + 1, new_kappa, change
 
     def keep_going(carry):
-        it, _, change, *_ = carry
-        # beta = 0: mu = r / |r| does not depend on kappa, so one pass is exact
-        return (it == 0) | ((beta > 0) & (change > FIXED_POINT_RTOL) & (it < FIXED_POINT_MAX_ITER))
+        it, _, change = carry
+        # beta = 0: mu = r / |r| does not depend on kappa, so the single pass below is exact
+        return (beta > 0) & (change > FIXED_POINT_RTOL) & (it < FIXED_POINT_MAX_ITER - 1)
 
-    zeros_k = jnp.zeros_like(kappa)
-    carry = (
-        jnp.int32(0),
-        kappa,
-        jnp.asarray(jnp.inf, kappa.dtype),
-        jnp.zeros_like(resultant),
-        zeros_k,
-        zeros_k,
-        jnp.zeros(kappa.shape, bool),
-    )
-    _, kappa, _, mu, norm, rho, collapsed = jax.lax.while_loop(keep_going, fixed_point, carry)
+    # The loop carries the K concentrations only, not the (K, d) directions: carrying those
+    # cost more than the pass itself (measured 290 -> 125 ms per M-step at B = 4, K = 20,
+    # d = 26,214, machine loaded). The final pass computes the directions from the settled
+    # kappa and the kappa they give, so mu and kappa always come from one pass.
+    init = (jnp.int32(0), kappa, jnp.asarray(jnp.inf, kappa.dtype))
+    _, kappa, _ = jax.lax.while_loop(keep_going, fixed_point, init)
+    mu, norm, rho = directions(kappa)
+    kappa, collapsed = _mixture.solve_kappa(d, rho, kappa_max)
     return _log_weights(resp_sum), mu, kappa, _status(resp_sum, rho, collapsed, norm)
 
 
@@ -692,6 +692,20 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         ``converged_`` is that of the first call's batch fit, and ``log_likelihood_`` and
         ``lower_bound_`` are those of the last chunk at the parameters it was given.
 
+    Notes
+    -----
+    Memory of a batch fit of sparse input on CPU (measured in benchmarks/results/scale.md).
+    Besides the caller's X, a fit holds: the normalised copy made by
+    :func:`bayesvmf.data.check_directional` (released once the data is on the device, before
+    EM); one device copy of the CSR arrays (values in the product dtype, so float32 with
+    ``dtype="mixed"``; int32 column indices and row pointers); per restart O(K d) for the
+    directions, resultants and the M-step's new directions, and O(n K) for the
+    responsibilities. Transient: every product of the "scipy" kernel hands its operands,
+    the CSR arrays included, to the host callback as a fresh copy (about one more copy of
+    the data per product, freed after it), and float64 values cross it as bit patterns
+    (another copy of the values). glibc keeps such freed blocks for reuse, so the resident
+    set grows above the live memory over the first iterations.
+
     Examples
     --------
     >>> import numpy as np
@@ -835,13 +849,19 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         labels : ndarray of shape (n_samples,)
         """
         self._online = None
-        if self.devices is None:
-            return super().fit_predict(X, y)
         self._validate_params()
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
-            data = self._blocks(Xc)
+            if self.devices is None:
+                data = _mixture.to_device(Xc, self._product_dtype())
+            else:
+                data = self._blocks(Xc)
+            # the device copy serves the whole fit: release the normalised host copy now
+            # rather than after the fit (one copy of the data fewer at the peak)
+            del Xc
             self._fit(data, _mixture.make_key(self.random_state))
+            if self.devices is None:
+                return np.asarray(jnp.argmax(self._estimate_weighted_log_prob(data), axis=1))
             run = self._best_state
             wlp = _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
         return np.argmax(wlp, axis=1)
@@ -1067,6 +1087,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         stop_reason = "max_steps"
         with jax.enable_x64(True):
             data = _mixture.to_device(Xc, dense._product_dtype())
+            del Xc  # the device copy serves the whole path
             n, d = data.shape
             dense._fit(data, _mixture.make_key(self.random_state))
             state = dense._best_state
