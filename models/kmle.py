@@ -123,6 +123,7 @@ References
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import warnings
@@ -1782,6 +1783,73 @@ class KMLEMixture:
                 jnp.asarray(self.mean_directions_), jnp.asarray(self.concentrations_)
             )
         return dist.MixtureSameFamily(mixing, comp)
+
+    # -- persistence (bayesvmf.save / bayesvmf.load) --------------------------------------------
+
+    #: JSON scalars of a fitted model, written by :func:`bayesvmf.save`.
+    _fitted_scalars = ("n_components_", "lower_bound_", "n_iter_", "converged_", "n_transfers_")
+    #: Fitted arrays of both families, then those of each family. The component parameters
+    #: the predictions use are stored too (``params_<field>``), so that a loaded model
+    #: predicts and scores exactly as the saved one, without re-deriving them from ``scale_``.
+    _fitted_arrays = ("labels_", "weights_", "seeds_", "lower_bounds_")
+    _family_arrays = {
+        "wishart": ("dof_", "scale_", *(f"params_{f}" for f in WishartParams._fields)),
+        "vmf": ("mean_directions_", "concentrations_", *(f"params_{f}" for f in VMFParams._fields)),
+    }
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Return the constructor arguments as a dict (scikit-learn convention)."""
+        del deep
+        names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
+        return {name: getattr(self, name) for name in names}
+
+    def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Return (arrays, JSON scalars) of the fitted attributes, for :func:`bayesvmf.save`."""
+        if not hasattr(self, "labels_"):
+            return {}, {}
+        arrays = {name: np.asarray(getattr(self, name)) for name in self._fitted_arrays}
+        for name, value in self._params._asdict().items():
+            arrays[f"params_{name}"] = np.asarray(value)
+        for name in self._family_arrays[self.family][:2]:
+            arrays[name] = np.asarray(getattr(self, name))
+        scalars = {}
+        for name in self._fitted_scalars:
+            value = getattr(self, name)
+            scalars[name] = value.item() if isinstance(value, np.generic) else value
+        return arrays, scalars
+
+    def _set_state(self, arrays: dict[str, np.ndarray], scalars: dict[str, Any]) -> None:
+        """Restore the fitted attributes written by :meth:`_get_state` (checked, not trusted)."""
+        if not arrays and not scalars:
+            return  # saved before fit
+        if self.family not in self._family_arrays:
+            raise ValueError(f"family must be 'wishart' or 'vmf'; got family={self.family!r}")
+        expected = self._fitted_arrays + self._family_arrays[self.family]
+        for name in [*arrays, *scalars]:
+            if name not in expected + self._fitted_scalars:
+                raise ValueError(f"unexpected fitted attribute {name!r}")
+        missing = [n for n in expected + self._fitted_scalars if n not in {**arrays, **scalars}]
+        if missing:
+            raise ValueError(f"missing fitted attribute {missing[0]!r}")
+        k = scalars["n_components_"]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"n_components_ must be a positive integer; got {k!r}")
+        per_component = ("weights_", *self._family_arrays[self.family])
+        for name in per_component:
+            if arrays[name].ndim < 1 or arrays[name].shape[0] != k:
+                raise ValueError(
+                    f"{name} has shape {arrays[name].shape}; expected {k} components "
+                    f"(n_components_={k})"
+                )
+        fields = WishartParams if self.family == "wishart" else VMFParams
+        params = fields(*(np.asarray(arrays[f"params_{f}"]) for f in fields._fields))
+        self._params = params
+        self._dim = params.theta_s.shape[-1] if self.family == "wishart" else params.mu.shape[-1]
+        for name in self._fitted_arrays + self._family_arrays[self.family][:2]:
+            setattr(self, name, np.asarray(arrays[name]))
+        self.lower_bounds_ = [float(b) for b in self.lower_bounds_]
+        for name in self._fitted_scalars:
+            setattr(self, name, scalars[name])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -669,3 +669,97 @@ def test_vmf_family_dense_and_sparse_agree():
     np.testing.assert_allclose(dense.concentrations_, sparse.concentrations_, rtol=1e-12)
     assert np.all(np.diff(dense.lower_bounds_) >= -1e-12)
     assert cauchy_schwarz_divergence(dense, sparse) == pytest.approx(0.0, abs=1e-9)
+
+
+# ----------------------------------------------------------------------------- save / load
+
+
+def _vmf_blobs():
+    """The sample of test_vmf_family_dense_and_sparse_agree (same shapes: no new compile)."""
+    rng = np.random.default_rng(0)
+    X = np.concatenate([m * 8 + rng.normal(size=(60, 5)) for m in np.eye(5)[:3]])
+    X[X < 0.3] = 0.0
+    return X
+
+
+def _round_trip(model, X, path):
+    from bayesvmf import load, save
+
+    save(model, path)
+    loaded = load(path)
+    assert type(loaded) is KMLEMixture and loaded.get_params() == model.get_params()
+    # predictions and scores are computed from the stored parameters: bit for bit equal
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    np.testing.assert_array_equal(loaded.score_samples(X), model.score_samples(X))
+    np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
+    np.testing.assert_array_equal(loaded.labels_, model.labels_)
+    np.testing.assert_array_equal(loaded.seeds_, model.seeds_)
+    assert loaded.lower_bounds_ == model.lower_bounds_
+    for name in ("n_components_", "lower_bound_", "n_iter_", "converged_", "n_transfers_"):
+        assert getattr(loaded, name) == getattr(model, name), name
+    assert cauchy_schwarz_divergence(loaded, model) == pytest.approx(0.0, abs=1e-9)
+    return loaded
+
+
+def test_save_load_round_trip_wishart(three_clusters, fitted3, tmp_path):
+    X, _ = three_clusters
+    loaded = _round_trip(fitted3, X, tmp_path / "wishart.npz")
+    np.testing.assert_array_equal(loaded.dof_, fitted3.dof_)
+    np.testing.assert_array_equal(loaded.scale_, fitted3.scale_)
+    with pytest.raises(ValueError, match="the model was fitted on 3 x 3"):
+        loaded.predict(np.broadcast_to(np.eye(2), (4, 2, 2)))
+
+
+def test_save_load_round_trip_vmf_and_info(tmp_path, capsys):
+    from bayesvmf import cli
+
+    X = _vmf_blobs()
+    model = KMLEMixture(family="vmf", n_components=3, random_state=0).fit(X)
+    loaded = _round_trip(model, X, tmp_path / "vmf.npz")
+    np.testing.assert_array_equal(loaded.mean_directions_, model.mean_directions_)
+    np.testing.assert_array_equal(loaded.concentrations_, model.concentrations_)
+    assert cli.main(["info", str(tmp_path / "vmf.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "bayesvmf.models.kmle.KMLEMixture" in out
+    assert "family = 'vmf'" in out and "n_components = 3" in out
+    assert "n_components_ = 3" in out and "converged_ = True" in out
+    assert "mean_directions_: float64 array of shape (3, 5)" in out
+    assert "labels_: int64 array of shape (180,)" in out
+
+
+def test_save_load_unfitted(tmp_path):
+    from bayesvmf import load, save
+
+    save(KMLEMixture(family="vmf", lam=0.5, random_state=3), tmp_path / "unfitted.npz")
+    loaded = load(tmp_path / "unfitted.npz")
+    assert loaded.get_params()["lam"] == 0.5 and loaded.family == "vmf"
+    with pytest.raises(RuntimeError, match="not fitted yet"):
+        loaded.predict(_vmf_blobs())
+
+
+def test_load_rejects_a_tampered_kmle_file(fitted3, tmp_path):
+    import json
+
+    from bayesvmf import load, save
+
+    save(fitted3, tmp_path / "good.npz")
+    with np.load(tmp_path / "good.npz") as archive:
+        entries = {name: archive[name] for name in archive.files}
+
+    def write(name, **changes):
+        data = {**entries, **changes}
+        np.savez(tmp_path / name, **{k: v for k, v in data.items() if v is not None})
+        return tmp_path / name
+
+    missing = "cannot rebuild.*missing fitted attribute 'params_theta_s'"
+    with pytest.raises(ValueError, match=missing):
+        load(write("missing.npz", params_theta_s=None))
+    with pytest.raises(ValueError, match=r"scale_ has shape \(2, 3, 3\); expected 3 components"):
+        load(write("shape.npz", scale_=entries["scale_"][:2]))
+    with pytest.raises(ValueError, match="unexpected fitted attribute 'mean_directions_'"):
+        load(write("foreign.npz", mean_directions_=np.eye(3)))
+    meta = json.loads(entries["__bayesvmf__"].tobytes())
+    meta["params"]["family"] = "vmf"  # Wishart arrays under a vMF model
+    blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    with pytest.raises(ValueError, match="unexpected fitted attribute 'params_dof'"):
+        load(write("family.npz", __bayesvmf__=blob))
