@@ -901,9 +901,27 @@ def make_temporal_vmf_mixture(
     ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"{name} must be an int >= {low}; got {value!r}.")
+    # checked here, so that a bad value is named (not reported by the vMF sampler or NumPy)
+    bad_kappa = f"kappa must be a positive finite number or {n_components} of them; got {kappa!r}."
+    try:
+        kappas = np.asarray(kappa, np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(bad_kappa) from None
+    if kappas.shape not in ((), (n_components,)) or not np.all(np.isfinite(kappas) & (kappas > 0)):
+        raise ValueError(bad_kappa)
+    kappas = np.broadcast_to(kappas, (n_components,))
+    real = isinstance(drift, int | float | np.integer | np.floating) and not isinstance(drift, bool)
+    if not (real and np.isfinite(drift) and drift > 0):
+        raise ValueError(f"drift must be a positive finite number; got {drift!r}.")
+    if weights is None:
+        w = np.full(n_components, 1.0 / n_components)
+    else:
+        w = np.asarray(weights, np.float64)
+        if w.shape != (n_components,) or np.any(w < 0) or not np.isclose(w.sum(), 1.0):
+            raise ValueError(
+                f"weights must be {n_components} nonnegative numbers summing to 1; got {weights!r}."
+            )
     rng = np.random.default_rng(random_state)
-    w = np.full(n_components, 1.0 / n_components) if weights is None else np.asarray(weights)
-    kappas = np.broadcast_to(np.asarray(kappa, np.float64), (n_components,))
     with jax.enable_x64(True):
         key = jax.random.key(int(rng.integers(2**31)))
         keys = jax.random.split(key, 2 * n_times)

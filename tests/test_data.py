@@ -17,6 +17,7 @@ from bayesvmf.data import (
     VMFMixtureSample,
     _greedy_separated,
     check_directional,
+    make_temporal_vmf_mixture,
     make_vmf_mixture,
     mixture_overlap,
     to_device,
@@ -642,3 +643,91 @@ def test_generator_weights_with_overlap_range():
         ValueError, match=r"overlap must be in \(0, 1 - max\(weights\)\) = \(0, 0.3\)"
     ):
         make_vmf_mixture(10, D, 3, overlap=0.3, weights=[0.7, 0.2, 0.1])
+
+
+# ---- make_temporal_vmf_mixture --------------------------------------------------------------
+
+
+def _mean_resultant_length(d, kappa):
+    """A_d(kappa) = I_{d/2}(kappa) / I_{d/2-1}(kappa) from SciPy (independent of bayesvmf)."""
+    return scipy.special.ive(d / 2, kappa) / scipy.special.ive(d / 2 - 1, kappa)
+
+
+TEMPORAL = dict(n_features=5, n_components=4, n_times=30, kappa=20.0)
+
+
+@pytest.fixture(scope="module")
+def temporal_samples():
+    """Draws for two drifts (one shape: the sampler compiles once), and a repeat of one."""
+    return {
+        drift: make_temporal_vmf_mixture(3, drift=drift, random_state=1, **TEMPORAL)
+        for drift in (5.0, 200.0)
+    }
+
+
+def test_temporal_shapes_dtypes_and_unit_rows(temporal_samples):
+    X, times, labels, means = temporal_samples[200.0]
+    assert X.shape == (90, 5) and X.dtype == np.float64
+    assert times.dtype == labels.dtype == np.int64
+    np.testing.assert_array_equal(times, np.repeat(np.arange(30), 3))
+    assert labels.shape == (90,) and labels.min() >= 0 and labels.max() < 4
+    assert means.shape == (30, 4, 5)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(means, axis=2), 1.0, rtol=1e-12)
+
+
+def test_temporal_is_reproducible(temporal_samples):
+    again = make_temporal_vmf_mixture(3, drift=200.0, random_state=1, **TEMPORAL)
+    for a, b in zip(again, temporal_samples[200.0], strict=True):
+        np.testing.assert_array_equal(a, b)
+    other = make_temporal_vmf_mixture(3, drift=200.0, random_state=2, **TEMPORAL)
+    assert not np.allclose(other[3], again[3])
+
+
+@pytest.mark.parametrize("drift", [5.0, 200.0])
+def test_temporal_means_drift_as_a_vmf_random_walk(temporal_samples, drift):
+    # each step mu_t ~ vMF(mu_{t-1}, drift): E[mu_t . mu_{t-1}] = A_d(drift), 29 x 4 steps
+    means = temporal_samples[drift][3]
+    cosines = np.einsum("tkd,tkd->tk", means[1:], means[:-1]).ravel()
+    se = cosines.std(ddof=1) / np.sqrt(cosines.size)
+    expected = _mean_resultant_length(5, drift)
+    assert abs(cosines.mean() - expected) < 4 * se + 1e-3, (cosines.mean(), expected, se)
+
+
+def test_temporal_larger_drift_moves_the_means_less(temporal_samples):
+    def mean_step_cosine(drift):
+        means = temporal_samples[drift][3]
+        return np.einsum("tkd,tkd->tk", means[1:], means[:-1]).mean()
+
+    # A_5(5) = 0.65, A_5(200) = 0.99: far apart compared with the spread of 116 steps
+    assert mean_step_cosine(200.0) > mean_step_cosine(5.0) + 0.2
+
+
+def test_temporal_rows_are_drawn_around_their_cluster_mean(temporal_samples):
+    X, times, labels, means = temporal_samples[5.0]
+    cosines = np.einsum("nd,nd->n", X, means[times, labels])
+    se = cosines.std(ddof=1) / np.sqrt(cosines.size)
+    assert abs(cosines.mean() - _mean_resultant_length(5, 20.0)) < 4 * se
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n_samples_per_time": 0}, "n_samples_per_time must be an int >= 1; got 0"),
+        ({"n_features": 1}, "n_features must be an int >= 2; got 1"),
+        ({"n_components": 2.0}, "n_components must be an int >= 1; got 2.0"),
+        ({"n_times": True}, "n_times must be an int >= 1; got True"),
+        ({"kappa": -1.0}, "kappa must be a positive finite number or 2 of them; got -1.0"),
+        ({"kappa": [1.0, 2.0, 3.0]}, r"kappa must be .* got \[1.0, 2.0, 3.0\]"),
+        ({"kappa": "big"}, "kappa must be a positive finite number or 2 of them; got 'big'"),
+        ({"drift": 0.0}, "drift must be a positive finite number; got 0.0"),
+        ({"drift": float("inf")}, "drift must be a positive finite number; got inf"),
+        ({"weights": [0.5, 0.6]}, r"weights must be 2 nonnegative numbers summing to 1; got \["),
+        ({"weights": [1.0]}, r"weights must be 2 nonnegative numbers summing to 1; got \[1.0\]"),
+    ],
+)
+def test_temporal_bad_arguments_are_named(kwargs, message):
+    args = {"n_samples_per_time": 3, "n_features": 3, "n_components": 2, "n_times": 2, **kwargs}
+    n = args.pop("n_samples_per_time")
+    with pytest.raises(ValueError, match=message):
+        make_temporal_vmf_mixture(n, **args)
