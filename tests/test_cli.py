@@ -18,12 +18,74 @@ from bayesvmf.models import SparseVMFMixture
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_demo_runs_and_explains(capsys):
-    assert cli.main(["demo", "--num-samples", "50"]) == 0
-    out = capsys.readouterr().out
-    assert "NUTS on kappa" in out
-    assert "posterior interval" in out
-    assert "log C_d(kappa) = " in out
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The real ``bayesvmf demo``, once, compiling from scratch (an empty cache folder)."""
+    cache = tmp_path_factory.mktemp("demo-cache")
+    env = {**os.environ, "BAYESVMF_CACHE": str(cache), "MPLBACKEND": "Agg", "JAX_PLATFORMS": "cpu"}
+    run = subprocess.run(
+        [sys.executable, "-m", "bayesvmf.cli", "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    return cache, run
+
+
+def _number(pattern, text):
+    match = re.search(pattern, text)
+    assert match, f"{pattern!r} not in the demo output"
+    return float(match.group(1))
+
+
+def test_demo_runs_every_section(demo_run):
+    cache, run = demo_run
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    out = run.stdout
+    for number, (title, _) in enumerate(cli.DEMO_SECTIONS.values(), start=1):
+        assert f"[{number}/7] {title}" in out
+    times = [float(t) for t in re.findall(r"^   \((\d+\.\d) s\)$", out, flags=re.M)]
+    total = _number(r"Done: 7 sections in (\d+\.\d) s\.", out)
+    assert len(times) == 7 and sum(times) <= total
+    assert "warning:" not in out  # every fit converged
+    assert any((cache / "jax").iterdir())  # compiled programs kept for the next run
+
+
+def test_demo_numbers_are_sane(demo_run):
+    out = demo_run[1].stdout
+    # NUTS: the true kappa is inside the 95% interval and the two chains agree
+    assert "(inside: true 60)" in out
+    assert _number(r"NUTS on kappa .* R-hat (\d+\.\d+)", out) < 1.05
+    # digits, 10 clusters: chance level ARI is 0; the mixtures reach about 0.5
+    assert _number(r"classical vMF mixture\): ARI (\d+\.\d+)", out) > 0.3
+    assert _number(r"BIC picks beta = .*: test ARI (\d+\.\d+)", out) > 0.3
+    assert _number(r"VI \(kappa bounded\) .* test ARI (\d+\.\d+)", out) > 0.3
+    assert _number(r"collapsed Gibbs .* R-hat of kappa (\d+\.\d+)", out) < 1.1
+    assert _number(r"collapsed Gibbs .* ARI (\d+\.\d+)", out) > 0.5
+    assert _number(r"leaves each on the 1200 images: test ARI (\d+\.\d+)", out) > 0.3
+    # held-out log-likelihoods per image of B-vMFmix and the classical mixture are close
+    classical = _number(r"held-out log-likelihood (-?\d+\.\d+) per image\n", out)
+    vi = _number(r"test ARI \d\.\d+, held-out log-likelihood (-?\d+\.\d+) per image \(", out)
+    assert abs(vi - classical) < 0.05 * abs(classical)
+    # T-vMFmix: letting the means drift forecasts the next step better than fixed means
+    drifting = _number(r"drifting means \(C0 = 100\) (-?\d+\.\d+) per row", out)
+    fixed = _number(r"fixed means \(C0 = 1e6\) (-?\d+\.\d+) per row", out)
+    assert drifting > fixed
+    assert _number(r"against their main digit: NMI (\d+\.\d+)", out) > 0.5
+    assert "DP-k-MLE++ chose K = 3" in out
+    assert _number(r"Hartigan transfers: ARI (\d+\.\d+)", out) > 0.9
+
+
+def test_demo_help_names_every_model(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["demo", "--help"])
+    assert exit_info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for words in ("NUTS", "sparse beta path", "B-vMFmix by VI and Gibbs", "H-vMFmix", "T-vMFmix"):
+        assert words in out
+    assert "Dirichlet-vMF mixture" in out and "k-MLE" in out and "--no-cache" in out
 
 
 def test_no_command_prints_help(capsys):
