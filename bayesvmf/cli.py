@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -1042,16 +1043,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    if args.command == "demo":
-        if args.num_samples < 10:
-            parser.error(f"--num-samples must be at least 10, got {args.num_samples}")
-        demo(seed=args.seed, num_samples=args.num_samples, cache=args.cache)
-        return 0
+    if args.command == "demo" and args.num_samples < 10:
+        parser.error(f"--num-samples must be at least 10, got {args.num_samples}")
     try:
-        _COMMANDS[args.command](args)
+        if args.command == "demo":
+            demo(seed=args.seed, num_samples=args.num_samples, cache=args.cache)
+        else:
+            _COMMANDS[args.command](args)
     except CommandError as err:
         print(f"bayesvmf {args.command}: error: {err}", file=sys.stderr, flush=True)
         return 1
+    except BrokenPipeError:
+        # the reader went away (``bayesvmf info model.npz | head``): stop quietly, and point
+        # stdout at devnull so that the interpreter's final flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 0
 
 
