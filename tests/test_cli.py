@@ -13,6 +13,7 @@ import scipy.io
 import scipy.sparse
 
 from bayesvmf import cli, load, make_vmf_mixture
+from bayesvmf.metrics import adjusted_rand as adjusted_rand_score
 from bayesvmf.models import SparseVMFMixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,12 +139,27 @@ def test_readme_sparse_example_runs():
 
 
 def test_readme_bayesian_example_runs():
-    example = _readme_example("BayesianVMFMixture")
+    example = _readme_example("gibbs.to_arviz()")
     sample = make_vmf_mixture(240, 5, 4, kappa=30.0, random_state=1)
     namespace = {"X_train": sample.X[:160], "X_test": sample.X[160:]}
     exec(compile(example, "README.md", "exec"), namespace)
     assert namespace["vi"].concentrations_.shape == (4,)
     assert dict(namespace["idata"].posterior.sizes)["chain"] == 2
+
+
+def test_readme_streaming_example_runs(tmp_path, monkeypatch):
+    """The README's streamed B-vMFmix fit, on three chunk files of a generated mixture."""
+    monkeypatch.chdir(tmp_path)
+    sample = make_vmf_mixture(300, 10, 3, kappa=60.0, random_state=2)
+    for i, chunk in enumerate(np.split(sample.X, 3)):
+        np.savez(tmp_path / f"part{i}.npz", X=chunk)
+    example = _readme_example("fit_streaming(model")
+    example = example.replace("BayesianVMFMixture(20,", "BayesianVMFMixture(3,")  # K of the data
+    namespace = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    model = namespace["model"]
+    assert model.n_samples_seen_ == 300 and model.n_steps_ == 2
+    assert adjusted_rand_score(sample.labels, model.predict(sample.X)) > 0.9
 
 
 def test_readme_datasets_example_runs(tmp_path, monkeypatch):
