@@ -187,8 +187,30 @@ _DEBYE_MATRIX = np.array([list(p) + [0.0] * (_DEBYE_DEGREE - len(p)) for p in _D
 
 
 def _debye_sums(t, inv_nu):
-    """(U - 1, W) = (sum_k u_k(t) nu^-k, sum_k w_k(t) nu^-k), k = 1..DEBYE_TERMS."""
+    """(U - 1, W) = (sum_k u_k(t) nu^-k, sum_k w_k(t) nu^-k), k = 1..DEBYE_TERMS.
+
+    ``inv_nu`` is either a scalar (one order for every argument: the usual case, a model's
+    dimension) or an array of the shape of ``t``.
+    """
     matrix = jnp.asarray(_DEBYE_MATRIX, dtype=t.dtype)
+    if jnp.ndim(inv_nu) == 0:
+        # One order for all: fold the powers of 1/nu into the coefficients once,
+        # c_j = sum_k p_kj nu^-k (Horner in 1/nu over k = K..1), then evaluate the two
+        # polynomials sum_j c_j t^j per argument: 2 D multiply-adds per argument instead of
+        # 2 K D (K = DEBYE_TERMS, D = _DEBYE_DEGREE). Rounding is of the same order: each
+        # c_j t^j is the same sum of p_kj nu^-k t^j, grouped differently.
+        folded = jnp.zeros((2, _DEBYE_DEGREE), t.dtype)
+        for k in range(DEBYE_TERMS - 1, -1, -1):
+            folded = (folded + matrix[k::DEBYE_TERMS]) * inv_nu
+        t = t[..., None]
+
+        def horner_folded(j, acc):
+            return acc * t + folded[:, _DEBYE_DEGREE - 1 - j]
+
+        values = lax.fori_loop(
+            0, _DEBYE_DEGREE, horner_folded, jnp.zeros(t.shape[:-1] + (2,), t.dtype)
+        )
+        return values[..., 0], values[..., 1]
     t = t[..., None]
 
     def horner(j, acc):
@@ -214,7 +236,9 @@ def _debye(nu, x):
     z = x / nu
     s = jnp.sqrt(1.0 + z * z)
     t = 1.0 / s
-    t, inv_nu = jnp.broadcast_arrays(t, 1.0 / nu)
+    inv_nu = 1.0 / nu
+    if jnp.ndim(inv_nu) != 0:  # one order per argument
+        t, inv_nu = jnp.broadcast_arrays(t, inv_nu)
     big_u, big_w = _debye_sums(t, inv_nu)  # U - 1 and W
     log_u = jnp.log1p(big_u)
     w_over_u = big_w / (1.0 + big_u)

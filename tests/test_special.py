@@ -115,6 +115,39 @@ def test_static_dimension_matches_table(d):
     assert _rel_error(q, ONE_MINUS[rows]).max() <= RTOL
 
 
+@pytest.mark.parametrize("d", [2, 10, 42, 1000, 100_000])
+def test_static_dimension_float32(d):
+    """float32 with a Python-int d (one order for every kappa: the folded Debye sums of
+    ``special._debye_sums``) keeps the documented float32 bounds of :func:`test_float32`."""
+    rows = D == d
+    with jax.enable_x64(False):
+        kappa32 = jnp.asarray(KAPPA[rows], dtype=jnp.float32)
+        log_c = np.asarray(special.log_vmf_normalizer(d, kappa32), dtype=np.float64)
+        a = np.asarray(special.mean_resultant_length(d, kappa32), dtype=np.float64)
+        q = np.asarray(special.one_minus_mean_resultant_length(d, kappa32), dtype=np.float64)
+    positive = KAPPA[rows] > 0
+    assert _log_error(log_c, LOG_C[rows]).max() <= 5e-6
+    assert _rel_error(a[positive], A[rows][positive]).max() <= 1e-5
+    assert _rel_error(q, ONE_MINUS[rows]).max() <= 1e-4
+
+
+def test_one_order_and_an_order_per_argument_agree():
+    """The Debye sums folded for one order (a scalar d) equal the per-argument evaluation
+    (an array of d) to rounding."""
+    kappa = np.geomspace(1e-3, 1e7, 400)
+    for d in (3, 42, 101, 26_214):
+        folded = np.asarray(special.mean_resultant_length(d, kappa))
+        per_argument = np.asarray(special.mean_resultant_length(np.full(kappa.shape, d), kappa))
+        np.testing.assert_allclose(folded, per_argument, rtol=1e-15)
+        folded = np.asarray(special.one_minus_mean_resultant_length(d, kappa))
+        per_argument = np.asarray(
+            special.one_minus_mean_resultant_length(np.full(kappa.shape, d), kappa)
+        )
+        # below order 20 the recurrence amplifies rounding of 1 - A by up to ~400
+        # (test_float32): a few ulps at order 20 become up to 4e-14 at d = 3
+        np.testing.assert_allclose(folded, per_argument, rtol=5e-14)
+
+
 def test_kappa_zero_is_exactly_uniform():
     for d in (2, 3, 7, 42, 1000, 100_000):
         value = special.log_vmf_normalizer(d, 0.0)
