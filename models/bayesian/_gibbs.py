@@ -91,7 +91,7 @@ __all__ = [
 GIBBS_CHUNK = 50
 #: Rows whose label conditionals are evaluated together by the speculative sweep
 #: (:func:`gibbs_z_sweep`): one batched normaliser call per block instead of one per row.
-GIBBS_BLOCK = 32
+GIBBS_BLOCK = 64
 #: Random-walk MH steps on each log kappa_k per sweep. A step costs O(K) (the norms come
 #: from the carried |s_k|^2 and s_k . mu0), against O(n K d) for the label sweep.
 KAPPA_MH_STEPS = 10
