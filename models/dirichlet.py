@@ -315,11 +315,15 @@ class VEMInfo(NamedTuple):
         n_{..k}, the weight of each topic.
     collapsed : array of bool, shape (K,)
         Topics whose concentration reached ``kappa_max``.
+    resultant : array of shape (K, d)
+        r_k of eq. (7), from which the step's M-step took mu and kappa (with ``resp_sum``,
+        the statistics :meth:`DirichletVMFMixture.partial_fit` continues from after ``fit``).
     """
 
     lower_bound: Any
     resp_sum: Any
     collapsed: Any
+    resultant: Any
 
 
 def _solve_kappa(d: int, resultant_norm, resp_sum, kappa_old, kappa_max):
@@ -435,7 +439,7 @@ def vem_step(state: VEMState, corpus: Corpus, hyper: VEMHyper) -> tuple[VEMState
         resultant, resp_sum, state.mu, state.kappa, hyper.kappa_max
     )
     bound = _bound_terms(phi, doc_topic, hyper.alpha, resp_sum, log_c_new, kappa, mu, resultant)
-    return VEMState(mu, kappa, phi), VEMInfo(bound + z_entropy, resp_sum, collapsed)
+    return VEMState(mu, kappa, phi), VEMInfo(bound + z_entropy, resp_sum, collapsed, resultant)
 
 
 def _log_normalizer(mu, kappa):
@@ -1091,7 +1095,8 @@ class DirichletVMFMixture:
         ``weights`` (chain, draw, topic), ``lp``, ``n_occupied``, ``kappa_accept``. Chains
         are relabelled to agree with chain 0 (Hungarian matching of mean directions).
     n_sets_seen_, n_steps_ : int
-        After :meth:`partial_fit`: documents received and SVI steps done after the first call.
+        VEM fits and :meth:`partial_fit`: documents seen (of the fit, or of the first chunk,
+        and of the chunks since) and SVI steps done since. Absent after a Gibbs fit.
 
     References
     ----------
@@ -1177,6 +1182,18 @@ class DirichletVMFMixture:
         del deep
         names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
         return {name: getattr(self, name) for name in names}
+
+    def set_params(self, **params) -> DirichletVMFMixture:
+        """Set constructor arguments (validated at the next ``fit``); return ``self``."""
+        valid = list(self.get_params())
+        for name, value in params.items():
+            if name not in valid:
+                raise ValueError(
+                    f"Invalid parameter {name!r} for {type(self).__name__}; "
+                    f"valid parameters are {valid}."
+                )
+            setattr(self, name, value)
+        return self
 
     def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Return (arrays, JSON scalars) of the fitted attributes, for :func:`bayesvmf.save`."""
@@ -1278,7 +1295,6 @@ class DirichletVMFMixture:
         self
         """
         self._validate_params()
-        self._online = None
         self._fit_new(docs, weights)
         return self
 
@@ -1292,6 +1308,10 @@ class DirichletVMFMixture:
         key = jax.random.key(0 if self.random_state is None else int(self.random_state))
         if self.random_state is None:
             key = jax.random.key(np.random.default_rng().integers(2**31))
+        # a new fit forgets any stream; a VEM fit starts its own (see _fit_vem)
+        self._online = None
+        for name in ("n_sets_seen_", "n_steps_"):
+            self.__dict__.pop(name, None)
         with jax.enable_x64(True):
             if self.inference == "vem":
                 self._fit_vem(key, X, w, offsets)
@@ -1312,9 +1332,12 @@ class DirichletVMFMixture:
         the convergence argument); mu and kappa are the batch M-step of s_t (eq. (10),
         kappa solved exactly). See :func:`svi_step`.
 
-        The first call initialises from the first chunk: a batch VEM fit of it (``n_init``
-        restarts, ``max_iter``, ``tol``; it needs at least ``n_topics`` vectors), followed by
-        one SVI step with rho = 1, which sets the running statistics to the chunk's.
+        The first call on an unfitted model (or one restored by :func:`bayesvmf.load`, which
+        carries no stream state) initialises from the first chunk: a batch VEM fit of it
+        (``n_init`` restarts, ``max_iter``, ``tol``; it needs at least ``n_topics`` vectors),
+        followed by one SVI step with rho = 1, which sets the running statistics to the
+        chunk's. A model fitted by VEM continues from the statistics of that fit, with t
+        counted from it.
         Chunks are padded to a few bucket sizes (vectors and documents, at most 41% padding,
         weight 0), so a stream of similar chunks compiles a few programs and then none.
 
@@ -1337,7 +1360,9 @@ class DirichletVMFMixture:
         After a call, ``doc_topic_`` holds E[theta_i] of the chunk's documents and
         ``lower_bound_`` the chunk's bound (5) + (8) per unit of vector weight, both at the
         topics before the update; ``weights_`` is the running share n_{..k} / sum n_{..k}.
-        Only ``inference="vem"`` streams. ``fit`` forgets the stream.
+        Only ``inference="vem"`` streams. ``fit`` forgets the stream (a VEM fit starts a new
+        one from its own statistics). A call whose chunk fails validation raises and leaves
+        the model unchanged.
         """
         online = getattr(self, "_online", None)
         first = online is None
@@ -1347,28 +1372,29 @@ class DirichletVMFMixture:
                 raise ValueError(
                     f"partial_fit needs inference='vem' (stochastic VI), got {self.inference!r}"
                 )
+        elif online[1].shape[0] != self.n_topics:
+            raise ValueError(
+                f"n_topics={self.n_topics} differs from the {online[1].shape[0]} topics of the "
+                "stream this model carries; restore n_topics or call fit to start anew"
+            )
         if n_sets is not None and (
             not isinstance(n_sets, numbers.Integral) or isinstance(n_sets, bool) or n_sets < 1
         ):
             raise ValueError(f"n_sets must be None or an integer >= 1, got {n_sets!r}")
+        # the counters change only once the step has succeeded: a chunk that fails
+        # validation leaves the model as it was
         if first:
             X, w, offsets = self._fit_new(docs, weights)
-            self.n_sets_seen_, self.n_steps_, step_size = 0, 0, 1.0
+            online, n_steps, step_size = self._online, 0, 1.0
+            n_seen = len(offsets) - 1
         else:
             X, w, offsets = self._corpus(docs, weights, fitted=True)
-            self.n_steps_ += 1
-            step_size = (self.n_steps_ + self.learning_offset) ** (-self.learning_decay)
+            n_steps = self.n_steps_ + 1
+            step_size = (n_steps + self.learning_offset) ** (-self.learning_decay)
+            n_seen = self.n_sets_seen_ + len(offsets) - 1
         n_chunk = len(offsets) - 1
-        self.n_sets_seen_ += n_chunk
-        corpus_sets = self.n_sets_seen_ if n_sets is None else n_sets
+        corpus_sets = n_seen if n_sets is None else n_sets
         with jax.enable_x64(True):
-            if first:
-                n_topics, d = self.mean_directions_.shape
-                online = (
-                    SVIStats(jnp.zeros(n_topics), jnp.zeros((n_topics, d))),
-                    jnp.asarray(self.mean_directions_),
-                    jnp.asarray(self.concentrations_),
-                )
             corpus, n_docs = padded_corpus(X, w, offsets, self._product_dtype())
             stats, mu, kappa, collapsed, phi, bound = _svi_step(
                 *online,
@@ -1388,6 +1414,7 @@ class DirichletVMFMixture:
             self.weights_ = resp_sum / resp_sum.sum()
             self.doc_topic_ = phi / phi.sum(axis=1, keepdims=True)
             self.lower_bound_ = float(bound) / float(w.sum())
+        self.n_sets_seen_, self.n_steps_ = n_seen, n_steps
         if not first:
             self.n_iter_ += 1
         return self
@@ -1444,6 +1471,16 @@ class DirichletVMFMixture:
         self.n_iter_ = len(bounds)
         self.converged_ = converged
         self.collapsed_ = np.asarray(info.collapsed)
+        # the statistics of eqs. (6), (7) behind the returned topics: partial_fit continues
+        # from them (SVI step t = 1, 2, ... after this fit)
+        self._online = (
+            SVIStats(
+                jnp.asarray(info.resp_sum, jnp.float64), jnp.asarray(info.resultant, jnp.float64)
+            ),
+            jnp.asarray(state.mu, jnp.float64),
+            jnp.asarray(state.kappa, jnp.float64),
+        )
+        self.n_sets_seen_, self.n_steps_ = len(offsets) - 1, 0
 
     def _fit_gibbs(self, key, X, w, offsets) -> None:
         if not np.allclose(w, np.round(w)):

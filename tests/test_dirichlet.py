@@ -1,5 +1,6 @@
 """Tests of models/dirichlet.py: the Dirichlet-vMF mixture (VMFMix), VEM and collapsed Gibbs."""
 
+import copy
 import itertools
 import warnings
 
@@ -601,6 +602,43 @@ def test_partial_fit_bad_chunks(stream):
         DirichletVMFMixture(2, inference="gibbs").partial_fit(GOOD)
     with pytest.raises(ValueError, match=r"learning_decay must be a number > 0.5"):
         DirichletVMFMixture(2, learning_decay=0.4).partial_fit(GOOD)
+
+
+def test_partial_fit_continues_a_vem_fit(stream_data):
+    """partial_fit after fit continues from the fit's statistics (it used to refit on the
+    chunk and restart the counters). With the whole training corpus as the chunk (scale 1)
+    the SVI step is one VEM iteration, so at the converged fit it moves nothing, whatever
+    rho_1 = 2^-0.7 is. The fit stops when the bound changes by less than tol per vector,
+    not at the exact fixed point: the step moved mu by 6e-5 and kappa by 1.2e-4 (relative)
+    after a fit to tol = 1e-6, 1.4e-6 and 2.4e-6 after 1e-9, 1.1e-7 and 1.7e-7 after
+    1e-12 (measured), so the fit here runs to tol = 1e-12."""
+    train = stream_data[0]
+    batch = DirichletVMFMixture(4, alpha=0.3, n_init=2, random_state=0, tol=1e-12).fit(train)
+    model = copy.deepcopy(batch)
+    stats, mu, kappa = model._online
+    # the statistics behind the fit's topics: mu_k = r_k / |r_k|, A_d(kappa_k) = |r_k| / n_k
+    norm = np.linalg.norm(np.asarray(stats.resultant), axis=1)
+    np.testing.assert_allclose(np.asarray(stats.resultant) / norm[:, None], mu, rtol=1e-12)
+    with jax.enable_x64(True):
+        a_d = np.asarray(special.mean_resultant_length(10, jnp.asarray(kappa)))
+    np.testing.assert_allclose(a_d, norm / np.asarray(stats.resp_sum), rtol=1e-10)
+    assert (model.n_sets_seen_, model.n_steps_) == (200, 0)
+    model.partial_fit(train, n_sets=200)
+    assert (model.n_sets_seen_, model.n_steps_, model.n_iter_) == (400, 1, batch.n_iter_ + 1)
+    np.testing.assert_allclose(model.mean_directions_, batch.mean_directions_, atol=1e-6)
+    np.testing.assert_allclose(model.concentrations_, batch.concentrations_, rtol=1e-6)
+    with pytest.raises(ValueError, match="n_topics=5 differs from the 4 topics of the stream"):
+        model.set_params(n_topics=5).partial_fit(train[:5])
+    assert (model.n_sets_seen_, model.n_steps_) == (400, 1)
+
+
+def test_a_gibbs_fit_forgets_the_stream(stream):
+    model = copy.deepcopy(stream[1])
+    model.set_params(inference="gibbs", num_chains=1, num_warmup=5, num_samples=5)
+    model.fit([np.eye(10)[:4], np.eye(10)[3:9]])
+    assert not hasattr(model, "n_sets_seen_") and model._online is None
+    with pytest.raises(ValueError, match="Invalid parameter 'topics' for DirichletVMFMixture"):
+        model.set_params(topics=3)
 
 
 def test_mixed_dtype_agrees_with_float64(stream_data, stream):
