@@ -439,3 +439,32 @@ def test_partial_fit_bad_chunks(streams, fits, sample):
         BayesianVMFMixture(3, init=np.arange(30) % 3).partial_fit(sample.X[:30])
     with pytest.raises(ValueError, match="n_components"):
         BayesianVMFMixture(3).partial_fit(sample.X[:2])
+
+
+def test_partial_fit_refuses_a_changed_stream(fits, sample):
+    """The stream of a fit keeps its scheme and size: changing kappa_update or n_components
+    between calls is a clear error (it used to be a shape error from inside the step) and
+    leaves the counters where they were."""
+    model = copy.deepcopy(fits["bounding"])
+    state = (model.n_samples_seen_, model.n_steps_, model.n_iter_)
+    for change in ({"kappa_update": "sampling"}, {"n_components": 4}):
+        model.set_params(**change)
+        name = next(iter(change))
+        with pytest.raises(ValueError, match=f"{name}=.* differ from the stream this model"):
+            model.partial_fit(sample.X[:30])
+        assert (model.n_samples_seen_, model.n_steps_, model.n_iter_) == state
+        model.set_params(kappa_update="bounding", n_components=3)
+    model.partial_fit(sample.X[:30], n_samples=240)
+    assert model.n_steps_ == 1 and model.n_samples_seen_ == 270
+
+
+def test_a_gibbs_fit_forgets_the_stream(fits, sample):
+    """A Gibbs refit of a VI-fitted model drops the stream and its counters (save would
+    otherwise write the counters of the earlier fit), and partial_fit then asks for VI."""
+    model = copy.deepcopy(fits["bounding"])
+    model.set_params(inference="gibbs", num_chains=1, num_warmup=10, num_samples=10)
+    with pytest.warns(bayesvmf.ConvergenceWarning):  # 10 + 10 sweeps: R-hat is not checked
+        model.fit(sample.X[:60])
+    assert not hasattr(model, "n_samples_seen_") and not hasattr(model, "n_steps_")
+    with pytest.raises(ValueError, match="needs inference='vi'"):
+        model.partial_fit(sample.X[:30])

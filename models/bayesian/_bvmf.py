@@ -855,7 +855,10 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
     # ---- fitting ----------------------------------------------------------------------------
 
     def _fit(self, data, rng_key) -> None:
-        self._online = None  # a new fit forgets any stream (a VI fit sets its own state)
+        # a new fit forgets any stream and its counters (a VI fit sets its own state)
+        self._online = None
+        for name in ("n_samples_seen_", "n_steps_"):
+            self.__dict__.pop(name, None)
         key_init, key_fit = jax.random.split(rng_key)
         priors, labels = self._resolve(data, key_init)
         if self.inference == "gibbs":
@@ -915,11 +918,14 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         ``kappa_update`` (both schemes) and, with ``empirical_bayes``, the empirical Bayes
         updates of the hyper-parameters from the global factors.
 
-        The first call on an unfitted model (or one fitted by Gibbs sampling) initialises from
-        the first chunk: a batch VI fit of it (``n_init`` restarts, ``max_iter``, ``tol``; at
-        least ``n_components`` rows), followed by one step with rho = 1, which rescales its
-        statistics to ``n_samples`` rows. A model fitted by VI (``fit``, or earlier calls)
-        continues from its state, with t counted from that fit. Chunks are padded to a few
+        The first call on an unfitted model initialises from the first chunk: a batch VI fit
+        of it (``n_init`` restarts, ``max_iter``, ``tol``; at least ``n_components`` rows),
+        followed by one step with rho = 1, which rescales its statistics to ``n_samples``
+        rows. A model fitted by Gibbs sampling has no variational factors to continue from:
+        partial_fit asks for ``inference="vi"``, and with it starts a new stream. A model
+        fitted by VI (``fit``, or earlier calls) continues from its state, with t counted
+        from that fit; changing ``n_components`` or ``kappa_update`` in between is an error,
+        and a call that raises leaves the model as it was. Chunks are padded to a few
         bucket sizes (rows and nnz, at most 41% padding, weight 0), so a stream of similar
         chunks compiles a few programs and then none. :func:`bayesvmf.streaming.fit_streaming`
         feeds the chunks of a corpus stored as ``.npz`` files. A model restored by
@@ -958,21 +964,30 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                     "cannot be used (the labels of the first chunk are unknown); use "
                     "init='random' or 'spherical-kmeans++'."
                 )
+        else:
+            stream = (online.resp_sum.shape[0], self._online_scheme)
+            if stream != (self.n_components, self.kappa_update):
+                raise ValueError(
+                    f"{type(self).__name__}.partial_fit: n_components={self.n_components}, "
+                    f"kappa_update={self.kappa_update!r} differ from the stream this model "
+                    f"carries (n_components={stream[0]}, kappa_update={stream[1]!r}); "
+                    "restore them, or call fit to start anew."
+                )
         if n_samples is not None and not _mixture.Interval(int, 1, None).check(n_samples):
             raise ValueError(f"n_samples must be None or an int >= 1; got {n_samples!r}.")
         Xc = self._check_input(X, reset=first)
+        # the counters change only once the step has succeeded: a chunk that fails
+        # validation leaves the model as it was
         n_seen = (0 if first else self.n_samples_seen_) + Xc.shape[0]
         corpus_rows = n_seen if n_samples is None else n_samples
         with jax.enable_x64(True):
             key = _mixture.make_key(self.random_state)
             if first:
                 self._fit(_mixture.to_device(Xc), key)
-                online, step_size = self._online, 1.0
-                self.n_steps_ = 0
+                online, n_steps, step_size = self._online, 0, 1.0
             else:
-                self.n_steps_ += 1
-                step_size = (self.n_steps_ + self.learning_offset) ** (-self.learning_decay)
-            self.n_samples_seen_ = n_seen
+                n_steps = self.n_steps_ + 1
+                step_size = (n_steps + self.learning_offset) ** (-self.learning_decay)
             blocks = _parallel.row_blocks(Xc, jnp.float64, bucket=True)
             online, bound, accept = svi_step(
                 online,
@@ -987,7 +1002,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                 num_steps=int(self.kappa_num_steps),
             )
             self._online = online
-            self._set_posterior(online, accept, jax.random.fold_in(key, self.n_steps_))
+            self.n_samples_seen_, self.n_steps_ = n_seen, n_steps
+            self._set_posterior(online, accept, jax.random.fold_in(key, n_steps))
         self.lower_bound_ = float(bound)
         self.lower_bounds_ = np.append(self.lower_bounds_, self.lower_bound_)
         self.n_iter_ += 1
@@ -1012,6 +1028,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             run.priors,
             run.key,
         )
+        self._online_scheme = self.kappa_update
         self.n_samples_seen_, self.n_steps_ = int(data.shape[0]), 0
         self._set_posterior(self._online, run.accept_rate, rng_key)
         self.lower_bounds_ = np.array([h[best] for h in history[:n_iter]], dtype=np.float64)
