@@ -23,6 +23,7 @@ line to a :class:`ModelSpec`; a new model is one more entry.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
@@ -312,33 +313,61 @@ DEMO_SECTIONS: dict[str, tuple[str, Callable[[_DemoContext], dict]]] = {
 }
 
 
-def _enable_compilation_cache() -> Path | None:
-    """Keep XLA's compiled programs on disk, so that later demos skip the compilation."""
+@contextlib.contextmanager
+def _compilation_cache(enabled: bool):
+    """Keep XLA's compiled programs on disk while the demo runs; yield the folder.
+
+    Later demos then skip the compilation. The folder is None when ``enabled`` is false or
+    the cache folder is not writable.
+
+    The two JAX settings are restored on exit (and the cache reset, so that the next
+    compilation reads them again): calling :func:`demo` from a session leaves that
+    session's configuration as it was.
+    """
     import jax
+    from jax.experimental.compilation_cache import compilation_cache
 
     from bayesvmf.datasets import cache_dir
 
-    folder = cache_dir() / "jax"
+    folder = cache_dir() / "jax" if enabled else None
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only home: the demo compiles every time
+            folder = None
+    if folder is None:
+        yield None
+        return
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    before = {name: getattr(jax.config, name) for name in names}
+    jax.config.update(names[0], str(folder))
+    jax.config.update(names[1], 0.0)
+    compilation_cache.reset_cache()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:  # a read-only home: the demo compiles every time
-        return None
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    return folder
+        yield folder
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
 
 
 def demo(seed: int = 0, num_samples: int = 200, cache: bool = True) -> dict:
     """Fit every model of bayesvmf on built-in data and say what came out.
 
     Every section prints what it fitted, one or two numbers computed on the spot and its
-    wall time; the returned dict holds those numbers by section name.
+    wall time; the returned dict holds those numbers by section name. With ``cache``, the
+    compiled programs are kept on disk (:func:`bayesvmf.datasets.cache_dir`) for the next
+    run; JAX's configuration is restored afterwards.
     """
+    with _compilation_cache(cache) as folder:
+        return _run_demo(seed, num_samples, folder)
+
+
+def _run_demo(seed: int, num_samples: int, folder: Path | None) -> dict:
     import warnings
 
     start = time.perf_counter()
     _say("bayesvmf demo: every model on built-in data (float64, CPU)")
-    folder = _enable_compilation_cache() if cache else None
     _say(
         "most of the time below is XLA compiling each model once; "
         + (
@@ -1057,7 +1086,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader went away (``bayesvmf info model.npz | head``): stop quietly, and point
         # stdout at devnull so that the interpreter's final flush does not fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return 1  # the output was cut short: the exit status says so, as Python's own does
     return 0
 
 

@@ -100,6 +100,37 @@ def test_bad_argument_is_a_clear_error(capsys):
     assert "--num-samples must be at least 10, got 3" in capsys.readouterr().err
 
 
+def test_a_closed_pipe_ends_quietly_with_status_1(monkeypatch):
+    """``bayesvmf info model.npz | head``: the reader leaves, the command stops without a
+    traceback, stdout goes to devnull (so the interpreter's last flush cannot fail again)
+    and the exit status is 1, as Python's own for a cut-short output."""
+
+    def cut_short(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    redirected = []
+    monkeypatch.setitem(cli._COMMANDS, "info", cut_short)
+    monkeypatch.setattr(cli.os, "dup2", lambda source, target: redirected.append(target))
+    monkeypatch.setattr(cli.sys, "stdout", type("Out", (), {"fileno": lambda self: 41})())
+    assert cli.main(["info", "model.npz"]) == 1
+    assert redirected == [41]
+
+
+def test_demo_leaves_the_jax_configuration_as_it_was(tmp_path, monkeypatch):
+    import jax
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    before = [getattr(jax.config, name) for name in names]
+    monkeypatch.setenv("BAYESVMF_CACHE", str(tmp_path))
+    with cli._compilation_cache(True) as folder:
+        assert folder == tmp_path / "jax" and folder.is_dir()
+        assert [getattr(jax.config, name) for name in names] == [str(folder), 0.0]
+    assert [getattr(jax.config, name) for name in names] == before
+    with cli._compilation_cache(False) as folder:
+        assert folder is None
+        assert [getattr(jax.config, name) for name in names] == before
+
+
 def test_readme_has_the_two_commands():
     readme = (ROOT / "README.md").read_text()
     commands = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
