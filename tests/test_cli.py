@@ -49,7 +49,8 @@ def test_demo_runs_every_section(demo_run):
         assert f"[{number}/7] {title}" in out
     times = [float(t) for t in re.findall(r"^   \((\d+\.\d) s\)$", out, flags=re.M)]
     total = _number(r"Done: 7 sections in (\d+\.\d) s\.", out)
-    assert len(times) == 7 and sum(times) <= total
+    # each time is printed rounded to 0.1 s: the 8 roundings can add up to 0.4 s
+    assert len(times) == 7 and sum(times) <= total + 0.05 * (len(times) + 1)
     assert "warning:" not in out  # every fit converged
     assert any((cache / "jax").iterdir())  # compiled programs kept for the next run
 
