@@ -54,6 +54,9 @@ __all__ = [
     "bucket_size",
     "row_blocks",
     "map_blocks",
+    "map_rows",
+    "block_data",
+    "sum_over_blocks",
     "n_rows",
     "e_statistics",
     "select_rows",
@@ -115,6 +118,16 @@ class RowBlocks:
     def block_rows(self) -> int:
         """Rows per block, padding included."""
         return self.data.shape[0]
+
+    def counted_by_weight(self) -> RowBlocks:
+        """Return a view whose static ``n_samples`` is the padded row count.
+
+        For computations that count rows by their weights and never use ``n_samples``
+        (the streaming steps): chunks padded to one bucket size then share one compiled
+        program, whatever their real number of rows.
+        """
+        n_blocks = self.row_weight.shape[0] // self.block_rows
+        return RowBlocks(self.data, self.row_weight, n_blocks * self.block_rows, self.mesh)
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,12 +338,52 @@ def map_blocks(fn, replicated, data):
     )(replicated, data.data, data.row_weight)
 
 
+def map_rows(fn, replicated, data: RowBlocks) -> np.ndarray:
+    """Return ``fn(replicated, block)`` of every block, rows in global order, padding dropped.
+
+    ``fn`` (hashable: a module-level function, compiled once per shapes) maps the
+    :class:`~bayesvmf._mixture.DenseData` or :class:`~bayesvmf._mixture.SparseData` of one
+    block to an array with one leading entry per row of the block; on a mesh each device
+    computes its own rows (``shard_map``) and every process gets all of them, as a host
+    array of shape (n_samples, ...).
+    """
+    with jax.enable_x64(True):
+        out = _map_rows(fn, replicated, data)
+        if data.mesh is not None:
+            # every process gets every row (several hosts: shards of other processes too)
+            out = multihost_utils.process_allgather(out, tiled=True)
+        return np.asarray(out)[: data.n_samples]
+
+
+@functools.partial(jax.jit, static_argnames="fn", compiler_options=_mixture.JIT_OPTIONS)
+def _map_rows(fn, replicated, data):
+    _mixture.count_trace("parallel.map_rows")
+    if data.mesh is None:
+        return fn(replicated, data.data)
+    return jax.shard_map(
+        fn,
+        mesh=data.mesh,
+        in_specs=(P(), P(AXIS)),
+        out_specs=P(AXIS),
+        check_vma=False,
+    )(replicated, data.data)
+
+
 def n_rows(data) -> int:
     """Return the number of real rows of plain or blocked data."""
     return data.shape[0]
 
 
-def _reduce(data, *values):
+def block_data(data):
+    """Return the arrays a row-wise computation sees: a block's own rows, or plain data."""
+    return data.data if isinstance(data, RowBlocks) else data
+
+
+def sum_over_blocks(data, *values):
+    """Add per-block partial sums over the devices (``psum``) on a device's block.
+
+    On plain data or a single local block the values are returned as they are (a tuple).
+    """
     if isinstance(data, RowBlocks) and data.axis_name is not None:
         return jax.lax.psum(values, data.axis_name)
     return values
@@ -363,7 +416,7 @@ def e_statistics(data, log_weights, mu, kappa, log_c):
     log_resp, log_norm = _mixture.e_step(data.data, log_weights, mu, kappa, log_c)
     resultant, resp_sum = _mixture.resultants(data.data, jnp.exp(log_resp) * w[:, None])
     log_likelihood = jnp.sum(jnp.where(w > 0, log_norm, 0.0))
-    return _reduce(data, resultant, resp_sum, log_likelihood)
+    return sum_over_blocks(data, resultant, resp_sum, log_likelihood)
 
 
 def select_rows(data, idx: jax.Array) -> jax.Array:
@@ -374,7 +427,7 @@ def select_rows(data, idx: jax.Array) -> jax.Array:
     local = idx - block * data.block_rows
     # one-hot columns of the rows this block holds (all-zero for the others): X_b.T @ onehot
     onehot = jax.nn.one_hot(local, data.block_rows, dtype=jnp.float64).T
-    (rows,) = _reduce(data, _mixture.data_tdot(data.data, onehot).T)
+    (rows,) = sum_over_blocks(data, _mixture.data_tdot(data.data, onehot).T)
     return rows
 
 
@@ -388,7 +441,7 @@ def crisp_statistics(data, mu: jax.Array):
         return _mixture.crisp_statistics(data, mu)
     labels = jnp.argmax(_mixture.data_dot(data.data, mu.T), axis=1)
     resp = jax.nn.one_hot(labels, mu.shape[0], dtype=jnp.float64) * data.row_weight[:, None]
-    return _reduce(data, *_mixture.resultants(data.data, resp))
+    return sum_over_blocks(data, *_mixture.resultants(data.data, resp))
 
 
 def _gather_rows(data, values: jax.Array) -> jax.Array:
@@ -439,28 +492,10 @@ INIT_METHODS = {"random": init_random_rows, "spherical-kmeans++": init_spherical
 def weighted_log_prob(data: RowBlocks, log_weights, mu, kappa) -> np.ndarray:
     """Log alpha_k + log f_k(x_i) of every real row of blocked data, as a host array (n, K)."""
     with jax.enable_x64(True):
-        out = _blocked_weighted_log_prob(data, log_weights, mu, kappa)
-        if data.mesh is not None:
-            # every process gets every row (several hosts: shards of other processes too)
-            out = multihost_utils.process_allgather(out, tiled=True)
-        return np.asarray(out)[: data.n_samples]
+        log_c = _mixture.log_normalizer(data.shape[1], jnp.asarray(kappa, jnp.float64))
+    return map_rows(_weighted_log_prob_rows, (mu, kappa, log_c, log_weights), data)
 
 
-@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
-def _blocked_weighted_log_prob(data, log_weights, mu, kappa):
-    _mixture.count_trace("parallel.weighted_log_prob")
-    params = (mu, kappa, _mixture.log_normalizer(data.shape[1], kappa), log_weights)
-
-    def local(params, block):
-        mu, kappa, log_c, log_weights = params
-        return _mixture.log_likelihood_matrix(block, mu, kappa, log_c) + log_weights
-
-    if data.mesh is None:
-        return local(params, data.data)
-    return jax.shard_map(
-        local,
-        mesh=data.mesh,
-        in_specs=(P(), P(AXIS)),
-        out_specs=P(AXIS),
-        check_vma=False,
-    )(params, data.data)
+def _weighted_log_prob_rows(params, block):
+    mu, kappa, log_c, log_weights = params
+    return _mixture.log_likelihood_matrix(block, mu, kappa, log_c) + log_weights

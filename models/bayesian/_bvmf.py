@@ -190,13 +190,23 @@ def _log_resp_unnormalised(data, post: Posterior, a_gamma):
     """Return E log pi_k + E log C_d(kappa_k) + E[kappa_k] x_i . E[mu_k] (log lambda_ik + c)."""
     mean_mu = (a_gamma * post.kappa.mean_kappa)[:, None] * post.psi
     log_pi = _eb.expected_log_pi(post.rho)
-    return _mixture.data_dot(data, mean_mu.T) + post.kappa.mean_log_c + log_pi
+    rows = _parallel.block_data(data)
+    return _mixture.data_dot(rows, mean_mu.T) + post.kappa.mean_log_c + log_pi
 
 
 def _statistics(data, log_resp):
+    """r_k, N_k and the entropy of q(z) from log lambda (rows of plain data or of a block).
+
+    On row blocks (:class:`bayesvmf._parallel.RowBlocks`) padding rows weigh 0 and, on a
+    device's block, the three sums are added over the devices (``psum``).
+    """
     resp = jnp.exp(log_resp)
-    resultant, resp_sum = _mixture.resultants(data, resp)
-    return Statistics(resultant, resp_sum, -jnp.sum(xlogy(resp, resp)))
+    weighted = resp
+    if isinstance(data, _parallel.RowBlocks):
+        weighted = resp * data.row_weight[:, None]
+    resultant, resp_sum = _mixture.resultants(_parallel.block_data(data), weighted)
+    entropy = -jnp.sum(xlogy(weighted, resp))
+    return Statistics(*_parallel.sum_over_blocks(data, resultant, resp_sum, entropy))
 
 
 def _update_kappa_priors(key, kappa, weight, dot, rho, mean_mu, priors, cfg, empirical_bayes):
@@ -283,7 +293,9 @@ def vi_step(
     ----------
     state : VIState
         Batch of B runs.
-    data : DenseData or SparseData
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+        Row blocks on a mesh of devices (``devices=``) run the data pass on every device's
+        rows and add the statistics over devices (``psum``); the rest runs replicated.
     tol : float64 scalar
         Convergence threshold on the change of the bound per row.
     max_iter : int64 scalar
@@ -303,6 +315,14 @@ def vi_step(
     """
     _mixture.count_trace("bayesian.vi_step")
     cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps)
+    return _parallel.map_blocks(
+        functools.partial(_vi_step_body, cfg=cfg), (state, tol, max_iter, empirical_bayes), data
+    )
+
+
+def _vi_step_body(args, data, *, cfg):
+    """Body of :func:`vi_step` on plain data or on one block of rows (see map_blocks)."""
+    state, tol, max_iter, empirical_bayes = args
 
     def one(s: VIState):
         active = (~s.converged) & (s.n_iter < max_iter)
@@ -354,7 +374,6 @@ class StreamState(NamedTuple):
 def svi_step(
     state: StreamState,
     data,
-    row_weight,
     step_size,
     scale,
     empirical_bayes,
@@ -383,10 +402,11 @@ def svi_step(
     Parameters
     ----------
     state : StreamState
-    data : DenseData or SparseData
-        The chunk, padded to a bucket size (:func:`bayesvmf._parallel.row_blocks`).
-    row_weight : jax.Array of shape (rows,)
-        1 for a real row, 0 for a padding row.
+    data : bayesvmf._parallel.RowBlocks
+        The chunk, padded to a bucket size (:func:`bayesvmf._parallel.row_blocks`); on a
+        mesh of devices each device takes the local step of its rows and the statistics are
+        added over devices (``psum``). Rows are counted by their weights, never by
+        ``data.n_samples`` (:meth:`~bayesvmf._parallel.RowBlocks.counted_by_weight`).
     step_size, scale : float64 scalars
         rho_t and n / m.
     empirical_bayes : bool scalar
@@ -401,14 +421,23 @@ def svi_step(
     accept_rate : jax.Array of shape (K,)
     """
     _mixture.count_trace("bayesian.svi_step")
+    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps)
+    return _parallel.map_blocks(
+        functools.partial(_svi_step_body, cfg=cfg),
+        (state, step_size, scale, empirical_bayes),
+        data,
+    )
+
+
+def _svi_step_body(args, data, *, cfg):
+    """Body of :func:`svi_step` on one block of rows (see map_blocks)."""
+    state, step_size, scale, empirical_bayes = args
     d = data.shape[1]
     post, priors = state.post, state.priors
     a_gamma = special.mean_resultant_length(d, post.gamma)
     wlp = _log_resp_unnormalised(data, post, a_gamma)
     log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
-    resp = jnp.exp(log_resp)
-    resultant, resp_sum = _mixture.resultants(data, resp * row_weight[:, None])
-    entropy = -jnp.sum(row_weight[:, None] * xlogy(resp, resp))
+    resultant, resp_sum, entropy = _statistics(data, log_resp)
 
     def move(old, estimate):
         return (1.0 - step_size) * old + step_size * estimate
@@ -419,7 +448,6 @@ def svi_step(
     psi, gamma = _update_mu(natural, priors)
     a_gamma = special.mean_resultant_length(d, gamma)
     dot = move(state.dot, scale * a_gamma * jnp.sum(psi * resultant, axis=-1))
-    cfg = (scheme, d, num_samples, num_warmup, num_steps)
     kappa, accept, priors = _update_kappa_priors(
         state.key,
         post.kappa,
@@ -433,7 +461,8 @@ def svi_step(
     )
     post = Posterior(rho, psi, gamma, kappa)
     stats = Statistics(scale * resultant, scale * resp_sum, scale * entropy)
-    n = scale * jnp.sum(row_weight)
+    (real_rows,) = _parallel.sum_over_blocks(data, jnp.sum(data.row_weight))
+    n = scale * real_rows
     bound = elbo(post, stats, priors, d, a_gamma) / n
     return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept
 
@@ -453,21 +482,46 @@ def _init_labels(keys, data, n_components: int, init: str):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("n_components", "scheme"), compiler_options=_mixture.JIT_OPTIONS
+    jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
 )
-def _init_state(labels, keys, data, priors: Priors, n_components: int, scheme: str):
-    """VIState of every restart from its crisp labels (B, n).
+def _seed_statistics(keys, data, n_components: int, init: str):
+    """(r_k, N_k) of every restart's crisp assignment to its seeds, shapes (B, K, d), (B, K).
 
-    q(z) is the one-hot labels; q(kappa) starts at the classical per-component estimate
+    The seeds and the assignment of :func:`_init_labels` (the same draws), computed on row
+    blocks as well: each device assigns its own rows, the sums are added over devices.
+    """
+    _mixture.count_trace("bayesian.seed_statistics")
+
+    def body(keys, data):
+        def one(key):
+            mu = _parallel.INIT_METHODS[init](key, data, n_components)
+            return _parallel.crisp_statistics(data, mu)
+
+        return jax.vmap(one)(keys)
+
+    return _parallel.map_blocks(body, keys, data)
+
+
+@functools.partial(jax.jit, static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)
+def _label_statistics(labels, data, n_components: int):
+    """(r_k, N_k) of one crisp labelling (n,) of plain data."""
+    _mixture.count_trace("bayesian.label_statistics")
+    return _mixture.resultants(data, jax.nn.one_hot(labels, n_components, dtype=jnp.float64))
+
+
+@functools.partial(jax.jit, static_argnames="scheme", compiler_options=_mixture.JIT_OPTIONS)
+def _init_state(resultant, resp_sum, keys, priors: Priors, scheme: str):
+    """VIState of every restart from the statistics of its crisp assignment, (B, K, d), (B, K).
+
+    q(z) is the one-hot assignment; q(kappa) starts at the classical per-component estimate
     (A_d(kappa_k) = |r_k| / N_k), exp(m) for an empty component; q(pi), q(mu) are set by the
     first iteration.
     """
     _mixture.count_trace("bayesian.init_state")
-    d = data.shape[1]
+    n_components, d = resultant.shape[1:]
 
-    def one(lab, key, pri):
-        resp = jax.nn.one_hot(lab, n_components, dtype=jnp.float64)
-        stats = Statistics(*_mixture.resultants(data, resp), jnp.zeros((), jnp.float64))
+    def one(resultant, resp_sum, key, pri):
+        stats = Statistics(resultant, resp_sum, jnp.zeros((), jnp.float64))
         rbar = jnp.linalg.norm(stats.resultant, axis=-1) / jnp.maximum(stats.resp_sum, 1.0)
         kappa0, _ = _mixture.solve_kappa(d, rbar, _eb.C0_MAX)
         kappa0 = jnp.where((stats.resp_sum > 0) & (kappa0 > 0), kappa0, jnp.exp(pri.m))
@@ -496,12 +550,18 @@ def _init_state(labels, keys, data, priors: Priors, n_components: int, scheme: s
             jnp.zeros((), bool),
         )
 
-    return jax.vmap(one)(labels, keys, priors)
+    return jax.vmap(one)(resultant, resp_sum, keys, priors)
 
 
 @functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
 def _weighted_log_resp(data, rho, psi, gamma, mean_kappa, mean_log_c):
     _mixture.count_trace("bayesian.log_resp")
+    return _log_resp_rows((rho, psi, gamma, mean_kappa, mean_log_c), data)
+
+
+def _log_resp_rows(params, data):
+    """Log lambda_ik + const of the rows of plain data (or of one block, :func:`map_rows`)."""
+    rho, psi, gamma, mean_kappa, mean_log_c = params
     kappa = KappaMoments(mean_kappa, mean_log_c, mean_log_c, mean_log_c, mean_log_c)
     a_gamma = special.mean_resultant_length(data.shape[1], gamma)
     return _log_resp_unnormalised(data, Posterior(rho, psi, gamma, kappa), a_gamma)
@@ -611,6 +671,16 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         Rescale rows to unit norm; with False, non-unit rows raise a ValueError.
     random_state : None, int or jax key, default None
     progress_bar : bool, default False
+    devices : None, int or list of jax devices, default None
+        Data-parallel VI (DESIGN.md section 6): the rows of X are split into one equal block
+        per device (``jax.sharding``; padding rows weigh 0); every device computes q(z) of
+        its rows and their statistics (N_k, r_k, the entropy of q(z)), which are added with
+        ``psum``; the global updates (q(pi), q(mu), q(kappa), empirical Bayes) run
+        replicated. The result equals the one-device fit to floating-point accuracy. An int
+        n means the first n of ``jax.devices()``; None is the default device. ``fit``,
+        ``fit_predict`` and ``partial_fit`` shard; ``predict``, ``score_samples`` etc. run
+        on the default device. VI only: a collapsed Gibbs sweep visits the rows one after
+        another, and ``init`` as an array of labels cannot be combined with it.
 
     Attributes
     ----------
@@ -687,6 +757,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         "learning_decay": _mixture.Interval(float, 0.5, 1.0, low_open=True),
         "learning_offset": _mixture.Interval(float, 0.0, None),
         "progress_bar": _mixture.Boolean(),
+        "devices": _parallel.DevicesOption(),
     }
 
     _fitted_attributes = _mixture.BaseVMFMixture._fitted_attributes + (
@@ -742,6 +813,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         normalize: bool = True,
         random_state=None,
         progress_bar: bool = False,
+        devices=None,
     ):
         self.n_components = n_components
         self.inference = inference
@@ -768,6 +840,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         self.normalize = normalize
         self.random_state = random_state
         self.progress_bar = progress_bar
+        self.devices = devices
 
     def get_params(self, deep: bool = True) -> dict:
         """Return the constructor arguments; array-valued ``init``/``mu0`` as lists (saveable)."""
@@ -811,10 +884,9 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             )
         return labels
 
-    def _resolve_mu0(self, data) -> np.ndarray:
-        d = data.shape[1]
+    def _resolve_mu0(self, d: int, total: np.ndarray) -> np.ndarray:
+        """Return the prior mean direction: ``mu0``, or that of ``total`` (the sum of rows)."""
         if self.mu0 is None:
-            total = np.asarray(_mixture.data_tdot(data, jnp.ones((data.shape[0], 1))))[:, 0]
             norm = np.linalg.norm(total)
             return total / norm if norm > 0 else np.eye(d)[0]
         mu0 = np.array(self.mu0, dtype=np.float64, copy=True)
@@ -827,21 +899,35 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         return mu0 / norm
 
     def _resolve(self, data, rng_key):
-        """Return (priors, initial labels (B, n), B) with B = n_init (VI) or num_chains."""
+        """Return (priors, initial labels, initial statistics) of the B runs.
+
+        B is n_init (VI) or num_chains (Gibbs). The labels (B, n) are those of the Gibbs
+        chains or of an ``init`` array (None for VI from seeds); the statistics ((B, K, d)
+        r_k, (B, K) N_k) those of the crisp initial assignments (:func:`_seed_statistics`,
+        also on row blocks).
+        """
         n, d = data.shape
         batch = self.n_init if self.inference == "vi" else self.num_chains
+        k = int(self.n_components)
         # user input first, so that bad values fail before anything is compiled
         user_labels = None if isinstance(self.init, str) else self._check_labels(n)
-        mu0 = self._resolve_mu0(data)
-        if user_labels is None:
-            keys = jax.random.split(rng_key, batch)
-            labels = np.asarray(_init_labels(keys, data, int(self.n_components), self.init))
-        else:
+        keys = jax.random.split(rng_key, batch)
+        if user_labels is not None:
             labels = np.broadcast_to(user_labels, (batch, n))
+        elif self.inference == "gibbs":
+            labels = np.asarray(_init_labels(keys, data, k, self.init))
+        else:
+            labels = None
+        if labels is None:
+            resultant, resp_sum = _seed_statistics(keys, data, k, self.init)
+        else:
+            # identical labels for every run, or chains that only need run 0's statistics
+            one = _label_statistics(jnp.asarray(labels[0]), data, k)
+            resultant, resp_sum = (jnp.broadcast_to(a, (batch, *a.shape)) for a in one)
+        # the sum of the rows is the sum of the resultants of a crisp assignment
+        mu0 = self._resolve_mu0(d, np.asarray(resultant[0]).sum(axis=0))
         if self.m is None:
-            resp = jax.nn.one_hot(jnp.asarray(labels[0]), self.n_components, dtype=jnp.float64)
-            resultant, _ = _mixture.resultants(data, resp)
-            rbar = float(jnp.sum(jnp.linalg.norm(resultant, axis=-1))) / n
+            rbar = float(jnp.sum(jnp.linalg.norm(resultant[0], axis=-1))) / n
             kappa, _ = _mixture.solve_kappa(d, rbar, _eb.C0_MAX)
             m = float(np.log(max(float(kappa), 1e-3)))
         else:
@@ -850,7 +936,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         # types of the first call, or the step would be traced twice
         values = (self.alpha, mu0, self.C0, m, self.s2)
         priors = Priors(*(jnp.asarray(v, jnp.float64) for v in values))
-        return priors, labels
+        return priors, labels, (resultant, resp_sum)
 
     # ---- fitting ----------------------------------------------------------------------------
 
@@ -860,24 +946,23 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         for name in ("n_samples_seen_", "n_steps_"):
             self.__dict__.pop(name, None)
         key_init, key_fit = jax.random.split(rng_key)
-        priors, labels = self._resolve(data, key_init)
+        priors, labels, statistics = self._resolve(data, key_init)
         if self.inference == "gibbs":
             from bayesvmf.models.bayesian import _gibbs
 
             _gibbs.fit_gibbs(self, data, key_fit, priors, labels)
             return
-        self._fit_vi(data, key_fit, priors, labels)
+        self._fit_vi(data, key_fit, priors, statistics)
 
-    def _fit_vi(self, data, rng_key, priors: Priors, labels: np.ndarray) -> None:
-        batch = labels.shape[0]
+    def _fit_vi(self, data, rng_key, priors: Priors, statistics) -> None:
+        resultant, resp_sum = statistics
+        batch = resultant.shape[0]
         key_mh, key_draws = jax.random.split(rng_key)
         keys = jax.random.split(key_mh, batch)
         batch_priors = jax.tree_util.tree_map(
             lambda a: jnp.broadcast_to(a, (batch, *jnp.shape(a))), priors
         )
-        state = _init_state(
-            jnp.asarray(labels), keys, data, batch_priors, int(self.n_components), self.kappa_update
-        )
+        state = _init_state(resultant, resp_sum, keys, batch_priors, self.kappa_update)
         static = dict(
             scheme=self.kappa_update,
             num_samples=int(self.kappa_num_samples),
@@ -904,6 +989,61 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             if progress is not None:
                 progress.close()
         self._set_from_batch(state, history, data, key_draws)
+
+    def fit_predict(self, X, y=None) -> np.ndarray:
+        """Fit the model and return the cluster of each row (the largest lambda_ik).
+
+        With ``devices`` the rows are sharded over the devices for the whole fit and the
+        final assignment (see the class docstring). Forgets any earlier :meth:`partial_fit`
+        state.
+
+        Parameters
+        ----------
+        X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
+        y : ignored
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        if self.devices is None:
+            return super().fit_predict(X)
+        self._validate_params()
+        Xc = self._check_input(X, reset=True)
+        with jax.enable_x64(True):
+            data = self._fit_data(Xc)
+            # the device copy serves the whole fit: release the host copy now
+            del Xc
+            self._fit(data, _mixture.make_key(self.random_state))
+            params = tuple(
+                jnp.asarray(a)
+                for a in (
+                    self.weight_concentration_,
+                    self.mean_directions_,
+                    self.mean_direction_concentration_,
+                    self.concentrations_,
+                    self.kappa_mean_log_c_,
+                )
+            )
+            return np.argmax(_parallel.map_rows(_log_resp_rows, params, data), axis=1)
+
+    def _fit_data(self, Xc):
+        """Return checked data on the device: plain, or one row block per device."""
+        devices = _parallel.resolve_devices(self.devices)
+        if devices is None:
+            return _mixture.to_device(Xc)
+        if self.inference != "vi":
+            raise ValueError(
+                f"{type(self).__name__}: devices={self.devices!r} shards the rows of "
+                "variational inference; the collapsed Gibbs sampler visits the rows one after "
+                "another on one device: use devices=None with inference='gibbs'."
+            )
+        if not isinstance(self.init, str):
+            raise ValueError(
+                f"{type(self).__name__}: init as an array of labels cannot be combined with "
+                "devices=; use init='random' or 'spherical-kmeans++'."
+            )
+        return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
 
     def partial_fit(self, X, y=None, *, n_samples: int | None = None) -> BayesianVMFMixture:
         """Update the model with one chunk of rows: stochastic variational inference.
@@ -980,19 +1120,19 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         # validation leaves the model as it was
         n_seen = (0 if first else self.n_samples_seen_) + Xc.shape[0]
         corpus_rows = n_seen if n_samples is None else n_samples
+        devices = _parallel.resolve_devices(self.devices)
         with jax.enable_x64(True):
             key = _mixture.make_key(self.random_state)
             if first:
-                self._fit(_mixture.to_device(Xc), key)
+                self._fit(self._fit_data(Xc), key)
                 online, n_steps, step_size = self._online, 0, 1.0
             else:
                 n_steps = self.n_steps_ + 1
                 step_size = (n_steps + self.learning_offset) ** (-self.learning_decay)
-            blocks = _parallel.row_blocks(Xc, jnp.float64, bucket=True)
+            blocks = _parallel.row_blocks(Xc, jnp.float64, devices=devices, bucket=True)
             online, bound, accept = svi_step(
                 online,
-                blocks.data,
-                blocks.row_weight,
+                blocks.counted_by_weight(),
                 np.float64(step_size),
                 np.float64(corpus_rows / Xc.shape[0]),
                 np.bool_(self.empirical_bayes),
