@@ -8,10 +8,19 @@ feeds them to an estimator's ``partial_fit`` (stepwise EM for
 :class:`bayesvmf.models.SparseVMFMixture`, stochastic variational inference for
 :class:`bayesvmf.models.BayesianVMFMixture`), so memory holds the model and at most two
 chunks, never the corpus (DESIGN.md section 6).
+
+A corpus of *sets* of vectors (the documents of :class:`bayesvmf.models.DirichletVMFMixture`)
+is stored as document chunks, written by :func:`save_document_chunk`: the vectors of the
+chunk's documents one after another (``X``, dense), the number of vectors of each document
+(``lengths``) and, optionally, the weight of each vector (``weights``).
+:func:`load_document_chunk` reads one back as lists of arrays, and :func:`fit_streaming`
+feeds such files to ``DirichletVMFMixture.partial_fit`` (stochastic VI over whole
+documents).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import zipfile
 from collections.abc import Iterable, Iterator
@@ -21,10 +30,20 @@ import scipy.sparse as sp
 
 from bayesvmf.data import check_directional
 
-__all__ = ["load_chunk", "chunk_rows", "iter_chunks", "fit_streaming"]
+__all__ = [
+    "load_chunk",
+    "chunk_rows",
+    "iter_chunks",
+    "save_document_chunk",
+    "load_document_chunk",
+    "chunk_documents",
+    "fit_streaming",
+]
 
 #: Arrays of a ``scipy.sparse.save_npz`` file.
 _SPARSE_KEYS = {"format", "shape", "data"}
+#: Arrays of a document chunk (:func:`save_document_chunk`); ``weights`` is optional.
+_DOCUMENT_KEYS = {"X", "lengths"}
 
 
 def load_chunk(path) -> np.ndarray | sp.csr_matrix:
@@ -78,13 +97,18 @@ def chunk_rows(path) -> int:
     name = "X" if "X" in keys else (keys.pop() if len(keys) == 1 else None)
     if name is None:
         load_chunk(path)  # raises the error that names the file and its arrays
+    return _header_shape(path, name)[0]
+
+
+def _header_shape(path, name: str) -> tuple[int, ...]:
+    """Return the shape of the array ``name`` of a ``.npz`` file from its header alone."""
     with zipfile.ZipFile(path) as archive, archive.open(f"{name}.npy") as member:
         version = np.lib.format.read_magic(member)
         if version == (1, 0):
             shape = np.lib.format.read_array_header_1_0(member)[0]
         else:
             shape = np.lib.format.read_array_header_2_0(member)[0]
-    return int(shape[0])
+    return tuple(int(s) for s in shape)
 
 
 def iter_chunks(paths: Iterable, normalize: bool = True) -> Iterator:
@@ -133,6 +157,117 @@ def iter_chunks(paths: Iterable, normalize: bool = True) -> Iterator:
         yield chunk
 
 
+def save_document_chunk(path, docs, weights=None) -> None:
+    """Write a chunk of documents (sets of vectors) to ``path`` as one ``.npz`` file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Destination; NumPy appends ``.npz`` when it is missing.
+    docs : list of array-like of shape (n_i, d)
+        The documents, each with at least one vector, all with the same d.
+    weights : list of array-like of shape (n_i,), optional
+        The weight (count) of each vector.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> from bayesvmf.streaming import save_document_chunk, load_document_chunk
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "docs0.npz"
+    >>> save_document_chunk(path, [np.eye(3)[:2], np.ones((1, 3))])
+    >>> docs, weights = load_document_chunk(path)
+    >>> [d.shape for d in docs], weights
+    ([(2, 3), (1, 3)], None)
+    """
+    docs = [np.asarray(doc, dtype=np.float64) for doc in docs]
+    if not docs:
+        raise ValueError("docs is empty: a document chunk needs at least one document.")
+    for i, doc in enumerate(docs):
+        if doc.ndim != 2 or doc.shape[0] == 0 or doc.shape[1] != docs[0].shape[1]:
+            raise ValueError(
+                f"docs[{i}] has shape {doc.shape}: every document must be a (n_i, d) array "
+                f"with n_i >= 1 and d = {docs[0].shape[-1]} (that of docs[0])."
+            )
+    arrays = {
+        "X": np.concatenate(docs),
+        "lengths": np.array([doc.shape[0] for doc in docs], dtype=np.int64),
+    }
+    if weights is not None:
+        if len(weights) != len(docs):
+            raise ValueError(
+                f"weights has {len(weights)} entries but docs has {len(docs)} documents."
+            )
+        for i, (w, doc) in enumerate(zip(weights, docs, strict=True)):
+            if np.shape(w) != (doc.shape[0],):
+                raise ValueError(
+                    f"weights[{i}] has shape {np.shape(w)}, expected ({doc.shape[0]},)."
+                )
+        arrays["weights"] = np.concatenate([np.asarray(w, dtype=np.float64) for w in weights])
+    np.savez(path, **arrays)
+
+
+def load_document_chunk(path) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """Read a document chunk written by :func:`save_document_chunk`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    docs : list of ndarray of shape (n_i, d)
+        Views into the file's ``X`` (not yet validated: the estimator checks them).
+    weights : list of ndarray of shape (n_i,) or None
+
+    Raises
+    ------
+    ValueError
+        If the file is not a document chunk, or its ``lengths`` do not split ``X``.
+    """
+    name = os.fspath(path)
+    with np.load(path, allow_pickle=False) as npz:
+        keys = set(npz.files)
+        if not _DOCUMENT_KEYS <= keys or not keys <= _DOCUMENT_KEYS | {"weights"}:
+            raise ValueError(
+                f"chunk file {name!r} holds arrays {sorted(keys)}: a document chunk holds "
+                "'X', 'lengths' and optionally 'weights' (see save_document_chunk)."
+            )
+        X, lengths = npz["X"], npz["lengths"]
+        weights = npz["weights"] if "weights" in keys else None
+    if X.ndim != 2:
+        raise ValueError(f"chunk file {name!r}: X has shape {X.shape}, expected (n, d).")
+    if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or lengths.size == 0:
+        raise ValueError(
+            f"chunk file {name!r}: lengths must be a non-empty 1-D integer array; got shape "
+            f"{lengths.shape}, dtype {lengths.dtype}."
+        )
+    if (lengths < 1).any():
+        i = int(np.flatnonzero(lengths < 1)[0])
+        raise ValueError(f"chunk file {name!r}: document {i} has {lengths[i]} vectors (< 1).")
+    if int(lengths.sum()) != X.shape[0]:
+        raise ValueError(
+            f"chunk file {name!r}: lengths add up to {int(lengths.sum())} vectors, but X "
+            f"has {X.shape[0]} rows."
+        )
+    if weights is not None and weights.shape != (X.shape[0],):
+        raise ValueError(
+            f"chunk file {name!r}: weights has shape {weights.shape}, expected ({X.shape[0]},)."
+        )
+    cuts = np.cumsum(lengths)[:-1]
+    docs = np.split(X, cuts)
+    return docs, (None if weights is None else np.split(weights, cuts))
+
+
+def chunk_documents(path) -> int:
+    """Return the number of documents of a document chunk, read from its header."""
+    with np.load(path, allow_pickle=False) as npz:
+        keys = set(npz.files)
+    if "lengths" not in keys:
+        load_document_chunk(path)  # raises the error that names the file and its arrays
+    return _header_shape(path, "lengths")[0]
+
+
 def fit_streaming(model, paths, n_epochs: int = 1, normalize: bool = True):
     """Fit ``model`` by ``partial_fit`` on the chunks of a corpus, ``n_epochs`` passes.
 
@@ -142,17 +277,25 @@ def fit_streaming(model, paths, n_epochs: int = 1, normalize: bool = True):
     as in a batch fit, in every pass. A model that was already streamed continues from its
     state.
 
+    A model whose ``partial_fit`` takes sets of vectors (``n_sets=``, as
+    :class:`bayesvmf.models.DirichletVMFMixture`) gets document chunks
+    (:func:`save_document_chunk`): each call receives the chunk's documents and weights and
+    the corpus size in documents (:func:`chunk_documents`) as ``n_sets``; the model's own
+    ``normalize`` applies.
+
     Parameters
     ----------
-    model : estimator with ``partial_fit(X, n_samples=...)``
-        E.g. :class:`bayesvmf.models.SparseVMFMixture` or
-        :class:`bayesvmf.models.BayesianVMFMixture` (``inference="vi"``).
+    model : estimator with ``partial_fit(X, n_samples=...)`` or ``partial_fit(docs, weights,
+        n_sets=...)``
+        E.g. :class:`bayesvmf.models.SparseVMFMixture`,
+        :class:`bayesvmf.models.BayesianVMFMixture` (``inference="vi"``) or
+        :class:`bayesvmf.models.DirichletVMFMixture` (``inference="vem"``).
     paths : sequence of str or os.PathLike
         The chunk files (read again at every pass).
     n_epochs : int, default 1
         Passes over the corpus.
     normalize : bool, default True
-        Passed to :func:`iter_chunks`.
+        Passed to :func:`iter_chunks` (row chunks only).
 
     Returns
     -------
@@ -163,6 +306,13 @@ def fit_streaming(model, paths, n_epochs: int = 1, normalize: bool = True):
     paths = list(paths)
     if not paths:
         raise ValueError("paths holds no chunk file.")
+    if "n_sets" in inspect.signature(model.partial_fit).parameters:
+        corpus_sets = sum(chunk_documents(path) for path in paths)
+        for _ in range(int(n_epochs)):
+            for path in paths:
+                docs, weights = load_document_chunk(path)
+                model.partial_fit(docs, weights, n_sets=corpus_sets)
+        return model
     corpus_rows = sum(chunk_rows(path) for path in paths)
     for _ in range(int(n_epochs)):
         for chunk in iter_chunks(paths, normalize=normalize):

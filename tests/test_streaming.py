@@ -165,3 +165,76 @@ def test_streaming_argument_errors(corpus, fits):
         SparseVMFMixture(2, init=np.array([0, 1, 0, 1])).partial_fit(np.eye(4))
     with pytest.raises(ValueError, match="learning_decay' must be a finite number > 0.5"):
         SparseVMFMixture(2, learning_decay=0.5).partial_fit(np.eye(4))
+
+
+# ---- document chunks: DirichletVMFMixture (stochastic VI over sets of vectors) -------------
+
+
+def make_documents(seed=1, n_docs=120, d=8, n_topics=3):
+    """Documents of 5-15 vectors, each vector near one of 3 directions (its document's mix)."""
+    rng = np.random.default_rng(seed)
+    centres = check_directional(rng.normal(size=(n_topics, d)))
+    docs, weights = [], []
+    for _ in range(n_docs):
+        n_i = int(rng.integers(5, 16))
+        topic = rng.choice(n_topics, n_i, p=rng.dirichlet(np.full(n_topics, 0.3)))
+        docs.append(check_directional(centres[topic] + 0.15 * rng.normal(size=(n_i, d))))
+        weights.append(rng.integers(1, 4, n_i).astype(float))
+    return docs, weights
+
+
+def test_document_chunks_round_trip(tmp_path):
+    from bayesvmf.streaming import chunk_documents, load_document_chunk, save_document_chunk
+
+    docs, weights = make_documents()
+    save_document_chunk(tmp_path / "a.npz", docs[:7], weights[:7])
+    back, back_weights = load_document_chunk(tmp_path / "a.npz")
+    assert chunk_documents(tmp_path / "a.npz") == 7
+    for a, b in zip(back, docs[:7], strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(back_weights, weights[:7], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fit_streaming_feeds_documents_to_dirichlet(tmp_path):
+    """fit_streaming over document chunk files is the partial_fit loop with n_sets = M, and
+    the streamed topics find the batch fit's (cosine > 0.99 after matching)."""
+    from bayesvmf.models import DirichletVMFMixture
+    from bayesvmf.streaming import save_document_chunk
+
+    docs, weights = make_documents()
+    paths, chunks = [], []
+    for i, idx in enumerate(np.array_split(np.arange(len(docs)), 4)):
+        chunks.append(([docs[j] for j in idx], [weights[j] for j in idx]))
+        paths.append(tmp_path / f"docs{i}.npz")
+        save_document_chunk(paths[-1], *chunks[-1])
+    streamed = fit_streaming(DirichletVMFMixture(3, random_state=0), paths, n_epochs=2)
+    loop = DirichletVMFMixture(3, random_state=0)
+    for _ in range(2):
+        for chunk_docs, chunk_weights in chunks:
+            loop.partial_fit(chunk_docs, chunk_weights, n_sets=len(docs))
+    np.testing.assert_array_equal(streamed.mean_directions_, loop.mean_directions_)
+    np.testing.assert_array_equal(streamed.concentrations_, loop.concentrations_)
+    assert streamed.n_sets_seen_ == 2 * len(docs) and streamed.n_steps_ == 7
+    batch = DirichletVMFMixture(3, random_state=0).fit(docs, weights)
+    cosines = batch.mean_directions_ @ streamed.mean_directions_.T
+    assert np.all(cosines.max(axis=1) > 0.99), cosines
+
+
+def test_document_chunk_errors(tmp_path, corpus):
+    from bayesvmf.models import DirichletVMFMixture
+    from bayesvmf.streaming import load_document_chunk, save_document_chunk
+
+    with pytest.raises(ValueError, match=r"docs\[1\] has shape \(0, 3\)"):
+        save_document_chunk(tmp_path / "x.npz", [np.eye(3), np.zeros((0, 3))])
+    with pytest.raises(ValueError, match=r"weights\[0\] has shape \(2,\), expected \(3,\)"):
+        save_document_chunk(tmp_path / "x.npz", [np.eye(3)], [np.ones(2)])
+    np.savez(tmp_path / "bad.npz", X=np.eye(3), lengths=np.array([2, 2]))
+    with pytest.raises(ValueError, match="lengths add up to 4 vectors, but X has 3 rows"):
+        load_document_chunk(tmp_path / "bad.npz")
+    np.savez(tmp_path / "zero.npz", X=np.eye(3), lengths=np.array([3, 0]))
+    with pytest.raises(ValueError, match="document 1 has 0 vectors"):
+        load_document_chunk(tmp_path / "zero.npz")
+    # a row chunk given to a model of documents: the file is named, the format explained
+    with pytest.raises(ValueError, match="a document chunk holds 'X', 'lengths'"):
+        fit_streaming(DirichletVMFMixture(2), corpus[1][:1])
