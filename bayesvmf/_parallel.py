@@ -51,6 +51,7 @@ __all__ = [
     "DevicesOption",
     "resolve_devices",
     "make_mesh",
+    "place",
     "bucket_size",
     "row_blocks",
     "map_blocks",
@@ -239,7 +240,7 @@ def _sparse_block(block: sp.csr_matrix, rows: int, nnz: int, dtype, kernel: str)
     }
 
 
-def _place(arrays: dict, mesh: Mesh | None) -> dict:
+def place(arrays: dict, mesh: Mesh | None) -> dict:
     """Device arrays: sharded along the first axis over ``mesh``, or plain."""
     if mesh is None:
         return {k: jnp.asarray(v) for k, v in arrays.items()}
@@ -286,7 +287,7 @@ def row_blocks(
     np_dtype = np.dtype(jnp.dtype(dtype).name)
     if not sp.issparse(X):
         dense = _pad(np.asarray(X, dtype=np_dtype), n_blocks * rows, 0)
-        placed = _place({"X": dense, "w": weight}, mesh)
+        placed = place({"X": dense, "w": weight}, mesh)
         return RowBlocks(DenseData(placed["X"]), placed["w"], n, mesh)
     kernel = _mixture._resolve_kernel(kernel)
     csr = sp.csr_matrix(X)
@@ -297,7 +298,7 @@ def row_blocks(
         nnz = bucket_size(nnz)
     parts = [_sparse_block(blk, rows, nnz, np_dtype, kernel) for blk in blocks]
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    placed = _place({**arrays, "w": weight}, mesh)
+    placed = place({**arrays, "w": weight}, mesh)
     data = SparseData(
         placed.get("rows"),
         placed["cols"],

@@ -203,8 +203,8 @@ def summarise(results: dict[str, dict], runs: list[dict]) -> str:
         "they varied between runs.",
         "- Not measured by a benchmark: no recompilation across iterations, restarts and "
         "calls (tests with `_mixture.count_trace`), sharded fits equal to one-device fits "
-        "(tests/test_parallel.py: SparseVMFMixture and BayesianVMFMixture VI; the other "
-        "estimators have no devices=).",
+        "(tests/test_parallel.py: SparseVMFMixture, BayesianVMFMixture VI and "
+        "DirichletVMFMixture; the other estimators have no devices=).",
         "- Results files without a target here: "
         + (
             ", ".join(

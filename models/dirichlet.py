@@ -90,6 +90,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import warnings
@@ -100,9 +101,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
+from jax.sharding import PartitionSpec as P
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import special
+from bayesvmf import _parallel, special
 from bayesvmf._mixture import count_trace
 from bayesvmf._parallel import bucket_size
 from bayesvmf.data import check_directional
@@ -377,7 +379,9 @@ def _responsibilities(loglik, phi, doc):
     return jnp.exp(log_resp), log_resp
 
 
-def vem_step(state: VEMState, corpus: Corpus, hyper: VEMHyper) -> tuple[VEMState, VEMInfo]:
+def vem_step(
+    state: VEMState, corpus: Corpus, hyper: VEMHyper, axis_name: str | None = None
+) -> tuple[VEMState, VEMInfo]:
     """Run one iteration of variational EM (eqs. (9), (10) of [1]_) and evaluate the bound.
 
     One cycle of exact coordinate ascent (module docstring): pi, then phi (eq. (9)), then
@@ -398,6 +402,11 @@ def vem_step(state: VEMState, corpus: Corpus, hyper: VEMHyper) -> tuple[VEMState
         The documents, stored flat.
     hyper : VEMHyper
         alpha and kappa_max.
+    axis_name : str or None
+        Set inside ``shard_map`` (:func:`_sharded_vem_step`): ``corpus`` and ``state.phi``
+        are then one device's documents, and the sums over rows and documents (n_k, r_k,
+        the entropy of q(z), the theta part of the bound) are added over the devices.
+        Documents of weight 0 (padding) add nothing to the bound.
 
     Returns
     -------
@@ -405,6 +414,8 @@ def vem_step(state: VEMState, corpus: Corpus, hyper: VEMHyper) -> tuple[VEMState
     info : VEMInfo
     """
     count_trace("dirichlet.vem_step")
+    total = functools.partial(_sum_devices, axis_name)
+
     X, w, doc = corpus.X, corpus.weights, corpus.doc
     n_docs = state.phi.shape[0]
     d = X.shape[1]
@@ -420,8 +431,12 @@ def vem_step(state: VEMState, corpus: Corpus, hyper: VEMHyper) -> tuple[VEMState
     weighted = (w / row_sum)[:, None] * unnorm  # w_ij pi_ijk
     doc_topic = jax.ops.segment_sum(weighted, doc, num_segments=n_docs, indices_are_sorted=True)
     phi = hyper.alpha + doc_topic  # eq. (9), second line
-    resp_sum = doc_topic.sum(axis=0)
-    resultant = _data_tdot(weighted, X)  # eq. (7)
+    resp_sum, resultant, psi_term, lse_term = total(
+        doc_topic.sum(axis=0),
+        _data_tdot(weighted, X),  # eq. (7)
+        jnp.sum(doc_topic * psi),
+        jnp.sum(w * (row_max + jnp.log(row_sum))),
+    )
     # entropy of q(z), eq. (8), weighted: -sum w pi log pi with log pi = logits - lse and
     # sum_k pi = 1, so it is sum_ij w_ij lse_ij - sum_ijk w_ij pi_ijk logits_ijk (logits are
     # finite, so a pi that underflows to 0 contributes 0, as 0 log 0 = 0 requires). The
@@ -429,17 +444,39 @@ def vem_step(state: VEMState, corpus: Corpus, hyper: VEMHyper) -> tuple[VEMState
     # sum_ik n_ik psi(phi_ik) + sum_k n_k log c_d(kappa_k) + sum_k kappa_k mu_k' r_k (old mu,
     # kappa), which saves a pass over two (N, K) tables.
     weighted_logits = (
-        jnp.sum(doc_topic * psi)
+        psi_term
         + jnp.sum(resp_sum * log_c)
         + jnp.sum(state.kappa * jnp.sum(state.mu * resultant, axis=1))
     )
-    z_entropy = jnp.sum(w * (row_max + jnp.log(row_sum))) - weighted_logits
+    z_entropy = lse_term - weighted_logits
     # M-step (eq. (10)) and the bound at the new state: O(K d + M K)
     mu, kappa, collapsed, log_c_new = _m_step(
         resultant, resp_sum, state.mu, state.kappa, hyper.kappa_max
     )
-    bound = _bound_terms(phi, doc_topic, hyper.alpha, resp_sum, log_c_new, kappa, mu, resultant)
+    theta_terms = jnp.where(
+        corpus.doc_weight > 0, _dirichlet_terms(phi, doc_topic, hyper.alpha), 0.0
+    )
+    (theta_term,) = total(jnp.sum(theta_terms))
+    bound = theta_term + _vmf_term(resp_sum, log_c_new, kappa, mu, resultant)
     return VEMState(mu, kappa, phi), VEMInfo(bound + z_entropy, resp_sum, collapsed, resultant)
+
+
+@functools.cache
+def _sharded_vem_step(mesh):
+    """:func:`vem_step` with the documents sharded over ``mesh`` (one jitted program per mesh).
+
+    The corpus and phi are split along their first axis (:func:`shard_documents`); mu,
+    kappa and the diagnostics are replicated.
+    """
+    state_spec = VEMState(P(), P(), P(_parallel.AXIS))
+    corpus_spec = Corpus(*(P(_parallel.AXIS),) * 4)
+    step = jax.shard_map(
+        functools.partial(vem_step, axis_name=_parallel.AXIS),
+        mesh=mesh,
+        in_specs=(state_spec, corpus_spec, P()),
+        out_specs=(state_spec, VEMInfo(P(), P(), P(), P())),
+    )
+    return jax.jit(step)
 
 
 def _log_normalizer(mu, kappa):
@@ -458,11 +495,10 @@ def _m_step(resultant, resp_sum, mu_old, kappa_old, kappa_max):
     return mu, kappa, collapsed, special.log_vmf_normalizer(d, kappa)
 
 
-def _bound_terms(phi, doc_topic, alpha, resp_sum, log_c, kappa, mu, resultant):
-    """Return the bound (5) + (8) without the entropy of q(z) (added by the caller)."""
+def _vmf_term(resp_sum, log_c, kappa, mu, resultant):
+    """Return the vMF part of the bound (5): sum_k n_k log c_d(kappa_k) + kappa_k mu_k' r_k."""
     count_trace("dirichlet.bound")
-    vmf_term = jnp.sum(resp_sum * log_c + kappa * jnp.sum(mu * resultant, axis=1))
-    return jnp.sum(_dirichlet_terms(phi, doc_topic, alpha)) + vmf_term
+    return jnp.sum(resp_sum * log_c + kappa * jnp.sum(mu * resultant, axis=1))
 
 
 _log_normalizer_jit = jax.jit(_log_normalizer)
@@ -471,14 +507,26 @@ _m_step_jit = jax.jit(_m_step)
 _vem_step = jax.jit(vem_step)
 
 
-def _init_vem_state(rng_key, corpus: Corpus, hyper: VEMHyper, n_topics: int) -> VEMState:
+def _sample_rows(key, logits, row_id, n_real: int, shape=()):
+    """Draw rows with probabilities softmax(logits) (Gumbel-max), whatever the layout.
+
+    The noise of a row is that of its global number ``row_id`` among the ``n_real``
+    vectors, so padded and sharded copies of the corpus draw the same vectors.
+    """
+    noise = jax.random.gumbel(key, (*shape, n_real), logits.dtype)[..., row_id]
+    return jnp.argmax(noise + logits, axis=-1)
+
+
+def _init_vem_state(
+    rng_key, corpus: Corpus, hyper: VEMHyper, row_id, n_topics: int, n_real: int
+) -> VEMState:
     count_trace("dirichlet.init")
     X, w, doc = corpus.X, corpus.weights, corpus.doc
     n_docs = corpus.doc_weight.shape[0]
     d = X.shape[1]
     keys = jax.random.split(rng_key, n_topics)
     # spherical k-means++ seeding on the weighted vectors (dissimilarity 1 - x'mu)
-    first = jax.random.categorical(keys[0], jnp.log(w))
+    first = _sample_rows(keys[0], jnp.log(w), row_id, n_real)
     mu = jnp.zeros((n_topics, d), w.dtype).at[0].set(X[first])
     best = _data_dot(X, X[first][None].astype(w.dtype))[:, 0]
 
@@ -493,7 +541,7 @@ def _init_vem_state(rng_key, corpus: Corpus, hyper: VEMHyper, n_topics: int) -> 
         logits = jnp.where(gap > 0, jnp.log(jnp.where(gap > 0, gap, 1.0)), -jnp.inf)
         # all points already chosen (gap == 0 everywhere): fall back to the weights
         logits = jnp.where(jnp.any(gap > 0), logits, jnp.log(w))
-        idx = jax.random.categorical(keys[k], logits, shape=(n_candidates,))
+        idx = _sample_rows(keys[k], logits, row_id, n_real, (n_candidates,))
         new_best = jnp.maximum(best[:, None], _data_dot(X, X[idx].astype(w.dtype)))
         potential = jnp.sum(w[:, None] * (1.0 - new_best), axis=0)
         choice = jnp.argmin(potential)
@@ -517,10 +565,12 @@ def _init_vem_state(rng_key, corpus: Corpus, hyper: VEMHyper, n_topics: int) -> 
     return mu, _data_tdot(onehot, X), onehot.sum(axis=0), phi
 
 
-_init_vem_state_jit = jax.jit(_init_vem_state, static_argnames=("n_topics",))
+_init_vem_state_jit = jax.jit(_init_vem_state, static_argnames=("n_topics", "n_real"))
 
 
-def init_vem_state(rng_key, corpus: Corpus, hyper: VEMHyper, n_topics: int) -> VEMState:
+def init_vem_state(
+    rng_key, corpus: Corpus, hyper: VEMHyper, n_topics: int, row_id=None, n_real=None
+) -> VEMState:
     """Initialise variational EM: spherical k-means++ and k-means for mu, kappa from its partition.
 
     phi_i starts at alpha + n_i / K (no topic preferred), so the first E-step is driven by
@@ -533,12 +583,24 @@ def init_vem_state(rng_key, corpus: Corpus, hyper: VEMHyper, n_topics: int) -> V
     hyper : VEMHyper
     n_topics : int
         K (static: one compilation per value).
+    row_id : array of int of shape (N,), optional
+        The global number of each row among the ``n_real`` real vectors (any number below
+        ``n_real`` for a padding row, of weight 0) when ``corpus`` is padded or sharded
+        (:func:`shard_documents`): the draws are then those of the unpadded corpus. None:
+        the rows in order, all real.
+    n_real : int, optional
+        The number of real vectors (with ``row_id``).
 
     Returns
     -------
     VEMState
     """
-    mu, resultant, resp_sum, phi = _init_vem_state_jit(rng_key, corpus, hyper, n_topics=n_topics)
+    if row_id is None:
+        n_real = corpus.weights.shape[0]
+        row_id = jnp.arange(n_real, dtype=jnp.int32)
+    mu, resultant, resp_sum, phi = _init_vem_state_jit(
+        rng_key, corpus, hyper, row_id, n_topics=n_topics, n_real=n_real
+    )
     # concentrations from the crisp partition (mu is then the next k-means centre)
     mu, kappa, _, _ = _m_step_jit(resultant, resp_sum, mu, jnp.ones_like(resp_sum), hyper.kappa_max)
     return VEMState(mu, kappa, phi)
@@ -689,8 +751,116 @@ def padded_corpus(X, w, offsets, dtype=jnp.float64) -> tuple[Corpus, int]:
     return prepare_corpus(X_pad, w_pad, offsets_pad, dtype), n_docs
 
 
+class ShardedCorpus(NamedTuple):
+    """Documents split over devices (:func:`shard_documents`).
+
+    Attributes
+    ----------
+    corpus : Corpus
+        Its four arrays sharded along their first axis: device g holds rows
+        [g R, (g + 1) R) and documents [g D, (g + 1) D), document ids local to the device.
+    mesh : jax.sharding.Mesh
+    row_id : jax.Array of int32, shape (G R,)
+        Global number of each row among the real vectors (0 for padding rows).
+    n_real : int
+        Number of real vectors.
+    doc_index : ndarray of int, shape (M,)
+        Position of each real document (in the caller's order) in the padded document axis.
+    doc_counts : jax.Array of int32, shape (G,)
+        Real documents of each device (the first of its D), sharded: one per device.
+    """
+
+    corpus: Corpus
+    mesh: Any
+    row_id: Any
+    n_real: int
+    doc_index: np.ndarray
+    doc_counts: Any
+
+
+def shard_documents(
+    X, w, offsets, devices, dtype=jnp.float64, bucket: bool = False
+) -> ShardedCorpus:
+    """Split checked documents over ``devices``: whole documents, about equal vector counts.
+
+    Device g gets consecutive documents whose first vector falls in the g-th equal share of
+    the N vectors. Every device's part is padded to the same R rows and D documents: padding
+    rows are zero vectors of weight 0 appended to the device's last document (document
+    ids stay sorted), padding documents are empty (weight 0: they add nothing to a
+    statistic or to the bound, see :func:`vem_step`).
+
+    Parameters
+    ----------
+    X, w, offsets : host arrays
+        The output of ``_check_documents``.
+    devices : list of jax devices
+    dtype : dtype of the stored vectors
+    bucket : bool, default False
+        Round R and D up to :func:`bayesvmf._parallel.bucket_size` (streaming chunks), so
+        that chunks of similar size share compiled programs.
+
+    Returns
+    -------
+    ShardedCorpus
+    """
+    n_rows, d = X.shape
+    n_docs = len(offsets) - 1
+    n_dev = len(devices)
+    starts = np.asarray(offsets[:-1])
+    # first document of each device: the first whose start reaches the device's share
+    bounds = np.searchsorted(starts, np.arange(n_dev) * n_rows / n_dev, side="left")
+    bounds = np.append(np.minimum(bounds, n_docs), n_docs)
+    bounds = np.maximum.accumulate(bounds)
+    parts_rows = [offsets[bounds[g + 1]] - offsets[bounds[g]] for g in range(n_dev)]
+    rows = max(max(parts_rows), 1)
+    docs = max(max(np.diff(bounds)), 1)
+    if bucket:
+        rows, docs = bucket_size(rows), bucket_size(docs)
+    np_dtype = np.dtype(jnp.dtype(dtype).name)
+    X_pad = np.zeros((n_dev * rows, d), np_dtype)
+    w_pad = np.zeros(n_dev * rows)
+    doc_pad = np.zeros(n_dev * rows, np.int32)
+    row_id = np.zeros(n_dev * rows, np.int32)
+    doc_weight = np.zeros(n_dev * docs)
+    doc_index = np.empty(n_docs, np.int64)
+    for g in range(n_dev):
+        first, last = bounds[g], bounds[g + 1]
+        r0, r1 = offsets[first], offsets[last]
+        base = g * rows
+        X_pad[base : base + r1 - r0] = X[r0:r1]
+        w_pad[base : base + r1 - r0] = w[r0:r1]
+        row_id[base : base + r1 - r0] = np.arange(r0, r1)
+        lengths = np.diff(offsets[first : last + 1])
+        local = np.repeat(np.arange(last - first, dtype=np.int32), lengths)
+        doc_pad[base : base + r1 - r0] = local
+        # padding rows join the device's last document (weight 0), keeping ids sorted
+        doc_pad[base + r1 - r0 : base + rows] = max(last - first - 1, 0)
+        if last > first:  # every document has at least one vector
+            doc_weight[g * docs : g * docs + last - first] = np.add.reduceat(
+                w[r0:r1], offsets[first:last] - r0
+            )
+        doc_index[first:last] = g * docs + np.arange(last - first)
+    mesh = _parallel.make_mesh(devices)
+    arrays = {"X": X_pad, "w": w_pad, "doc": doc_pad, "doc_weight": doc_weight}
+    arrays["row_id"], arrays["doc_counts"] = row_id, np.diff(bounds).astype(np.int32)
+    placed = _parallel.place(arrays, mesh)
+    corpus = Corpus(placed["X"], placed["w"], placed["doc"], placed["doc_weight"])
+    return ShardedCorpus(
+        corpus, mesh, placed["row_id"], int(n_rows), doc_index, placed["doc_counts"]
+    )
+
+
 def svi_step(
-    stats: SVIStats, mu, kappa, corpus: Corpus, n_docs, alpha, kappa_max, step_size, scale
+    stats: SVIStats,
+    mu,
+    kappa,
+    corpus: Corpus,
+    n_docs,
+    alpha,
+    kappa_max,
+    step_size,
+    scale,
+    axis_name: str | None = None,
 ):
     r"""One step of stochastic variational inference on a chunk of documents.
 
@@ -716,9 +886,12 @@ def svi_step(
     corpus : Corpus
         The chunk (padded, :func:`padded_corpus`).
     n_docs : int scalar
-        Real documents in the chunk (the rest is padding).
+        Real documents in the chunk (the rest is padding); inside ``shard_map``
+        (``axis_name`` set, :func:`_sharded_svi_step`) the count of this device's block.
     alpha, kappa_max, step_size, scale : float64 scalars
         alpha, the cap, rho_t, M_corpus / M_chunk.
+    axis_name : str or None
+        Set inside ``shard_map``: the chunk's statistics and bound are added over devices.
 
     Returns
     -------
@@ -735,17 +908,47 @@ def svi_step(
     phi, weighted, bounds, _, _ = _local_step(
         corpus, mu, kappa, log_c, alpha, SVI_LOCAL_MAX_ITER, SVI_LOCAL_TOL
     )
-    real = jnp.arange(phi.shape[0]) < n_docs
+    real = jnp.arange(phi.shape[0]) < jnp.reshape(n_docs, ())
+    resp_sum, resultant, bound = _sum_devices(
+        axis_name,
+        weighted.sum(axis=0),
+        _data_tdot(weighted, corpus.X),
+        jnp.sum(jnp.where(real, bounds, 0.0)),
+    )
     new = SVIStats(
-        (1.0 - step_size) * stats.resp_sum + step_size * scale * weighted.sum(axis=0),
-        (1.0 - step_size) * stats.resultant + step_size * scale * _data_tdot(weighted, corpus.X),
+        (1.0 - step_size) * stats.resp_sum + step_size * scale * resp_sum,
+        (1.0 - step_size) * stats.resultant + step_size * scale * resultant,
     )
     mu, kappa, collapsed, _ = _m_step(new.resultant, new.resp_sum, mu, kappa, kappa_max)
-    return new, mu, kappa, collapsed, phi, jnp.sum(jnp.where(real, bounds, 0.0))
+    return new, mu, kappa, collapsed, phi, bound
 
 
 #: one SVI step, one compiled program per bucketed chunk shape
 _svi_step = jax.jit(svi_step)
+
+
+@functools.cache
+def _sharded_svi_step(mesh):
+    """Return :func:`svi_step` with the chunk's documents sharded over ``mesh``.
+
+    One jitted program per mesh (and bucketed chunk shape); ``n_docs`` holds each device's
+    count of real documents.
+    """
+    rows = P(_parallel.AXIS)
+    step = jax.shard_map(
+        functools.partial(svi_step, axis_name=_parallel.AXIS),
+        mesh=mesh,
+        in_specs=(P(), P(), P(), Corpus(*(rows,) * 4), rows, P(), P(), P(), P()),
+        out_specs=(P(), P(), P(), P(), rows, P()),
+        # the local step's while_loop carries a per-device change: no replication typing
+        check_vma=False,
+    )
+    return jax.jit(step)
+
+
+def _sum_devices(axis_name, *values):
+    """Add per-device partial sums over the devices (``psum``); as they are without a mesh."""
+    return jax.lax.psum(values, axis_name) if axis_name is not None else values
 
 
 # --------------------------------------------------------------------------------------------
@@ -1073,6 +1276,17 @@ class DirichletVMFMixture:
         bound by 5.8e-11 (relative), mu by 9.4e-8 and kappa by 2.8e-7 (relative) against
         float64 from the same state (benchmarks/results/dirichlet.md). The Gibbs sampler
         always runs in float64.
+    devices : None, int or list of jax devices, default=None
+        Data-parallel VEM (DESIGN.md section 6): the documents are split into one group of
+        whole documents per device, about equal in vectors (:func:`shard_documents`);
+        every device computes q(z) and phi of its documents and their statistics (n_k,
+        r_k, the entropy of q(z), the theta part of the bound), which are added with
+        ``psum``; the M-step runs replicated. The k-means++ draws of the initialisation
+        follow the vectors' global order, so the fit equals the one-device fit to
+        floating-point accuracy. An int n means the first n of ``jax.devices()``; None is
+        the default device. ``fit`` and ``partial_fit`` (each chunk split over the devices,
+        padded to bucket sizes) shard; ``transform``, ``score`` etc. run on the default
+        device; Gibbs sampling is not sharded.
 
     Attributes
     ----------
@@ -1137,6 +1351,7 @@ class DirichletVMFMixture:
         learning_decay: float = 0.7,
         learning_offset: float = 1.0,
         dtype: str = "float64",
+        devices=None,
     ):
         self.n_topics = n_topics
         self.alpha = alpha
@@ -1156,6 +1371,7 @@ class DirichletVMFMixture:
         self.learning_decay = learning_decay
         self.learning_offset = learning_offset
         self.dtype = dtype
+        self.devices = devices
 
     # ---------------------------------------------------------------- persistence
     #: fitted arrays and JSON scalars written by :func:`bayesvmf.save` (``_get_state``);
@@ -1262,6 +1478,16 @@ class DirichletVMFMixture:
             )
         if self.random_state is not None and not isinstance(self.random_state, numbers.Integral):
             raise ValueError(f"random_state must be an integer or None, got {self.random_state!r}")
+        if not _parallel.DevicesOption().check(self.devices):
+            raise TypeError(
+                f"devices must be {_parallel.DevicesOption().describe()}, got {self.devices!r}"
+            )
+        if self.devices is not None and self.inference != "vem":
+            raise ValueError(
+                f"devices={self.devices!r} shards variational EM; the collapsed Gibbs sampler "
+                "visits the tokens one after another on one device: use devices=None with "
+                "inference='gibbs'"
+            )
 
     def _product_dtype(self):
         return jnp.float32 if self.dtype == "mixed" else jnp.float64
@@ -1394,12 +1620,21 @@ class DirichletVMFMixture:
             n_seen = self.n_sets_seen_ + len(offsets) - 1
         n_chunk = len(offsets) - 1
         corpus_sets = n_seen if n_sets is None else n_sets
+        devices = _parallel.resolve_devices(self.devices)
         with jax.enable_x64(True):
-            corpus, n_docs = padded_corpus(X, w, offsets, self._product_dtype())
-            stats, mu, kappa, collapsed, phi, bound = _svi_step(
+            if devices is None:
+                corpus, n_docs = padded_corpus(X, w, offsets, self._product_dtype())
+                step, doc_counts, doc_index = _svi_step, jnp.int32(n_docs), np.arange(n_docs)
+            else:
+                sharded = shard_documents(
+                    X, w, offsets, devices, self._product_dtype(), bucket=True
+                )
+                corpus, step = sharded.corpus, _sharded_svi_step(sharded.mesh)
+                doc_counts, doc_index = sharded.doc_counts, sharded.doc_index
+            stats, mu, kappa, collapsed, phi, bound = step(
                 *online,
                 corpus,
-                jnp.int32(n_docs),
+                doc_counts,
                 jnp.float64(self.alpha),
                 jnp.float64(self.kappa_max),
                 jnp.float64(step_size),
@@ -1407,7 +1642,7 @@ class DirichletVMFMixture:
             )
             self._online = (stats, mu, kappa)
             resp_sum = np.asarray(stats.resp_sum)
-            phi = np.asarray(phi)[:n_docs]
+            phi = np.asarray(phi)[doc_index]
             self.mean_directions_ = np.asarray(mu)
             self.concentrations_ = np.asarray(kappa)
             self.collapsed_ = np.asarray(collapsed)
@@ -1427,17 +1662,25 @@ class DirichletVMFMixture:
         return tqdm(total=total, desc=desc)
 
     def _fit_vem(self, key, X, w, offsets) -> None:
-        corpus = prepare_corpus(X, w, offsets, self._product_dtype())
+        devices = _parallel.resolve_devices(self.devices)
         hyper = VEMHyper(jnp.float64(self.alpha), jnp.float64(self.kappa_max))
+        if devices is None:
+            corpus, step = prepare_corpus(X, w, offsets, self._product_dtype()), _vem_step
+            rows, doc_index = {}, None
+        else:
+            sharded = shard_documents(X, w, offsets, devices, self._product_dtype())
+            corpus, step = sharded.corpus, _sharded_vem_step(sharded.mesh)
+            rows = {"row_id": sharded.row_id, "n_real": sharded.n_real}
+            doc_index = sharded.doc_index
         total = float(w.sum())
         best = None
         all_bounds = []
         for r, run_key in enumerate(jax.random.split(key, self.n_init)):
-            state = init_vem_state(run_key, corpus, hyper, int(self.n_topics))
+            state = init_vem_state(run_key, corpus, hyper, int(self.n_topics), **rows)
             bounds, converged = [], False
             bar = self._progress(self.max_iter, f"VEM restart {r + 1}/{self.n_init}")
             for _ in range(self.max_iter):
-                state, info = _vem_step(state, corpus, hyper)
+                state, info = step(state, corpus, hyper)
                 bounds.append(float(info.lower_bound))
                 if bar is not None:
                     bar.update()
@@ -1462,6 +1705,8 @@ class DirichletVMFMixture:
         self.mean_directions_ = np.asarray(state.mu)
         self.concentrations_ = np.asarray(state.kappa)
         phi = np.asarray(state.phi)
+        if doc_index is not None:  # the real documents of the sharded table, in order
+            phi = phi[doc_index]
         self.doc_topic_ = phi / phi.sum(axis=1, keepdims=True)
         resp_sum = np.asarray(info.resp_sum)
         self.weights_ = resp_sum / resp_sum.sum()
