@@ -408,7 +408,7 @@ class ModelSpec:
     build : callable
         ``build(args)`` returns an unfitted estimator from the parsed options
         (``args.n_components``, ``args.seed``, ``args.max_iter``, ``args.n_init``,
-        ``args.beta``, ``args.shared_kappa``, ``args.progress``).
+        ``args.beta``, ``args.shared_kappa``, ``args.progress``, ``args.devices``).
     help : str
         One line for ``--help``.
     documents : bool, default False
@@ -433,6 +433,7 @@ def _sparse(args):
         max_iter=args.max_iter,
         random_state=args.seed,
         verbose=args.progress,
+        devices=args.devices,
     )
 
 
@@ -445,12 +446,22 @@ def _dirichlet(args):
         max_iter=args.max_iter,
         random_state=args.seed,
         progress_bar=args.progress,
+        devices=args.devices,
     )
+
+
+def _one_device(name: str, args) -> None:
+    if args.devices is not None:
+        raise CommandError(
+            f"--devices {args.devices}: the model {name} runs on one device (data-parallel "
+            "fits: sparse, bayesian, bayesian-bounding, dirichlet)"
+        )
 
 
 def _kmle_vmf(args):
     from bayesvmf.models import KMLEMixture
 
+    _one_device("kmle-vmf", args)
     return KMLEMixture(
         family="vmf", n_components=args.n_components, max_iter=args.max_iter, random_state=args.seed
     )
@@ -460,6 +471,8 @@ def _bayesian(inference, kappa_update="sampling"):
     def build(args):
         from bayesvmf.models import BayesianVMFMixture
 
+        if inference == "gibbs":
+            _one_device("bayesian-gibbs", args)
         return BayesianVMFMixture(
             args.n_components,
             inference=inference,
@@ -468,6 +481,7 @@ def _bayesian(inference, kappa_update="sampling"):
             max_iter=args.max_iter,
             random_state=args.seed,
             progress_bar=args.progress,
+            devices=args.devices if inference == "vi" else None,
         )
 
     return build
@@ -919,6 +933,15 @@ def _add_model_options(parser, *, k_default=None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
         "--no-progress", dest="progress", action="store_false", help="hide the progress bars"
+    )
+    parser.add_argument(
+        "--devices",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="data-parallel fit over the first N of jax.devices() (sparse, bayesian, "
+        "bayesian-bounding, dirichlet); on CPU set XLA_FLAGS="
+        "--xla_force_host_platform_device_count=N before running",
     )
 
 

@@ -408,3 +408,37 @@ def test_the_registry_builds_each_model_from_the_options():
     assert cli.MODELS["bayesian"].build(args).inference == "vi"
     assert cli.MODELS["bayesian-bounding"].build(args).kappa_update == "bounding"
     assert cli.MODELS["bayesian-gibbs"].build(args).inference == "gibbs"
+    assert all(spec.build(args).get_params().get("devices") is None for spec in cli.MODELS.values())
+
+
+def test_devices_option_reaches_the_data_parallel_models(tmp_path):
+    args = cli.build_parser().parse_args(
+        ["fit", "x.npy", "-k", "2", "--devices", "1", "--out", "o"]
+    )
+    for name in ("sparse", "bayesian", "bayesian-bounding", "dirichlet"):
+        assert cli.MODELS[name].build(args).devices == 1, name
+    for name in ("bayesian-gibbs", "kmle-vmf"):
+        with pytest.raises(cli.CommandError, match=f"the model {name} runs on one device"):
+            cli.MODELS[name].build(args)
+    # a real fit on one device of a one-device mesh: the sharded code path end to end
+    X = np.abs(np.random.default_rng(0).normal(size=(40, 5))) + np.repeat(np.eye(5)[:2], 20, 0)
+    np.save(tmp_path / "x.npy", X)
+    out = tmp_path / "fit"
+    code = cli.main(
+        [
+            "fit",
+            str(tmp_path / "x.npy"),
+            "-k",
+            "2",
+            "--devices",
+            "1",
+            "--out",
+            str(out),
+            "--no-plots",
+            "--no-progress",
+            "--model",
+            "sparse",
+        ]
+    )
+    assert code == 0
+    assert load(out / "model.npz").devices == 1
