@@ -11,8 +11,9 @@ Same initial assignments. With ``init_labels="shared"`` (the default), each seed
 partition of ``X_train`` by one run of spherical k-means++ seeding ([1]_, cosine
 dissimilarity 1 - x.mu, :func:`bayesvmf._mixture.init_spherical_kmeanspp`) followed by the
 assignment of every row to its closest seed by cosine; every estimator whose parameters
-include ``init`` starts from that partition (``init`` set to the label array). The others
-start from their own initialisation (the table says which). An array of labels can be
+include ``init`` starts from that partition (``init`` set to the label array). The others,
+and data-parallel estimators (``devices`` set: a label array is not sharded), start from
+their own initialisation (the table says which). An array of labels can be
 given instead; ``init_labels=None`` lets every estimator start on its own. Each seed is
 also the estimator's ``random_state`` when it has one, so the spread over seeds includes
 the spread due to initialisation.
@@ -379,7 +380,10 @@ def compare(
                 raise TypeError(f"models[{name!r}] ({type(est).__name__}) has no {method}()")
         if y_test is not None and not callable(getattr(est, "predict", None)):
             raise TypeError(f"models[{name!r}] ({type(est).__name__}) has no predict()")
-    takes_init = tuple("init" in _params(est) for est in templates)
+    # a data-parallel fit (devices set) cannot start from a label array
+    takes_init = tuple(
+        "init" in _params(est) and _params(est).get("devices") is None for est in templates
+    )
 
     labels_for_seed = _initial_labels(init_labels, n_components, templates, takes_init, Xtr, seeds)
     shape = (len(names), len(seeds))

@@ -106,6 +106,18 @@ def test_every_model_with_init_gets_the_same_assignments(blobs):
     assert models["a"].init == "own"  # the templates are not touched
 
 
+def test_a_data_parallel_model_starts_on_its_own(blobs):
+    """devices= set: a label array cannot be sharded, so that model keeps its own init."""
+    X_train, X_test, y_test = blobs
+    models = {
+        "one": SparseVMFMixture(3, n_init=1),
+        "sharded": SparseVMFMixture(3, n_init=1, devices=1),
+    }
+    table = compare(models, X_train, X_test, y_test, seeds=[0])
+    assert table.shared_init == (True, False)
+    assert np.all(np.isfinite(table.log_likelihood))
+
+
 def test_table_numbers(blobs):
     X_train, X_test, y_test = blobs
     table = compare(
