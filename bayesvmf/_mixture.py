@@ -54,6 +54,7 @@ from bayesvmf import special
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
 
 __all__ = [
+    "best_run",
     "ConvergenceWarning",
     "DegenerateRunWarning",
     "NotFittedError",
@@ -682,6 +683,23 @@ class RandomState(NamedTuple):
     def describe(self) -> str:
         """Describe the constraint in words."""
         return "None, an int >= 0 or a jax.random key"
+
+
+def best_run(bounds, margin: float) -> int:
+    """Return the restart to keep: the first whose bound is within ``margin`` of the best.
+
+    Restarts that reach one optimum (often with permuted labels) end with bounds that differ
+    by convergence noise and rounding; taking the first of them rather than the largest
+    keeps the choice stable when the summation order changes (data-parallel fits, another
+    BLAS). ``margin`` is the fit's own convergence threshold, in the units of ``bounds``;
+    non-finite bounds are never kept unless all are.
+    """
+    bounds = np.asarray(bounds, dtype=np.float64)
+    finite = np.where(np.isfinite(bounds), bounds, -np.inf)
+    top = finite.max()
+    if not np.isfinite(top):
+        return 0
+    return int(np.flatnonzero(finite >= top - margin)[0])
 
 
 def make_key(random_state) -> jax.Array:

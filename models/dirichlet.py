@@ -104,7 +104,7 @@ from jax.scipy.special import digamma, gammaln, logsumexp
 from jax.sharding import PartitionSpec as P
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import _parallel, special
+from bayesvmf import _mixture, _parallel, special
 from bayesvmf._mixture import count_trace
 from bayesvmf._parallel import bucket_size
 from bayesvmf.data import check_directional
@@ -1241,7 +1241,8 @@ class DirichletVMFMixture:
         Symmetric Dirichlet parameter of theta_i.
     inference : {"vem", "gibbs"}, default="vem"
     n_init : int, default=4
-        VEM restarts, each from its own key; the best final bound is kept.
+        VEM restarts, each from its own key; the first whose final bound is within ``tol``
+        per unit of weight of the best is kept (:func:`bayesvmf._mixture.best_run`).
     max_iter : int, default=200
         VEM iterations per restart.
     tol : float, default=1e-5
@@ -1482,6 +1483,7 @@ class DirichletVMFMixture:
             raise TypeError(
                 f"devices must be {_parallel.DevicesOption().describe()}, got {self.devices!r}"
             )
+        _parallel.resolve_devices(self.devices)  # before anything of the fitted model changes
         if self.devices is not None and self.inference != "vem":
             raise ValueError(
                 f"devices={self.devices!r} shards variational EM; the collapsed Gibbs sampler "
@@ -1592,13 +1594,13 @@ class DirichletVMFMixture:
         """
         online = getattr(self, "_online", None)
         first = online is None
-        if first:
-            self._validate_params()
-            if self.inference != "vem":
-                raise ValueError(
-                    f"partial_fit needs inference='vem' (stochastic VI), got {self.inference!r}"
-                )
-        elif online[1].shape[0] != self.n_topics:
+        # every call: set_params may have changed anything since the last one
+        self._validate_params()
+        if self.inference != "vem":
+            raise ValueError(
+                f"partial_fit needs inference='vem' (stochastic VI), got {self.inference!r}"
+            )
+        if not first and online[1].shape[0] != self.n_topics:
             raise ValueError(
                 f"n_topics={self.n_topics} differs from the {online[1].shape[0]} topics of the "
                 "stream this model carries; restore n_topics or call fit to start anew"
@@ -1673,8 +1675,7 @@ class DirichletVMFMixture:
             rows = {"row_id": sharded.row_id, "n_real": sharded.n_real}
             doc_index = sharded.doc_index
         total = float(w.sum())
-        best = None
-        all_bounds = []
+        runs, all_bounds = [], []
         for r, run_key in enumerate(jax.random.split(key, self.n_init)):
             state = init_vem_state(run_key, corpus, hyper, int(self.n_topics), **rows)
             bounds, converged = [], False
@@ -1690,9 +1691,11 @@ class DirichletVMFMixture:
             if bar is not None:
                 bar.close()
             all_bounds.append(np.array(bounds))
-            if best is None or bounds[-1] > best[1][-1]:
-                best = (state, bounds, converged, info)
-        state, bounds, converged, info = best
+            runs.append((state, bounds, converged, info))
+        # the first restart within tol (per unit of weight) of the best: near-ties are one
+        # optimum, and the choice must not hang on rounding (e.g. the device count)
+        best = _mixture.best_run([b[-1] for b in all_bounds], self.tol * total)
+        state, bounds, converged, info = runs[best]
         if not converged:
             warnings.warn(
                 f"DirichletVMFMixture (vem): the best of {self.n_init} restarts did not converge "

@@ -632,8 +632,10 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         One concentration for all components (sec. 3.2.3, eqs. (27)-(29)); recommended when
         n is not much larger than d (the paper's CSTR experiments).
     n_init : int, default 10
-        Number of restarts, run side by side (vectorised), each with its own key; the one with
-        the best penalised log-likelihood among the non-degenerate ones is kept.
+        Number of restarts, run side by side (vectorised), each with its own key; among the
+        non-degenerate ones, the first whose penalised log-likelihood per row is within
+        ``tol`` of the best is kept (:func:`bayesvmf._mixture.best_run`: near-ties are one
+        optimum, often with permuted labels, and the choice must not hang on rounding).
     max_iter : int, default 1000
         Maximal number of EM iterations per run.
     tol : float, default 1e-6
@@ -972,7 +974,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         statuses, bound = state.status, state.bound
         healthy = statuses == Status.OK
         candidates = np.where(healthy, bound, -np.inf) if healthy.any() else bound
-        best = int(np.argmax(np.where(np.isfinite(candidates), candidates, -np.inf)))
+        best = _mixture.best_run(candidates, float(self.tol))
         _mixture.warn_degenerate(statuses, type(self).__name__, stacklevel=5)
         run = _take(state, best)
         self._best_state = run

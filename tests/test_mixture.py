@@ -189,3 +189,13 @@ def test_scipy_kernel_float64_under_scoped_x64_only():
             np.testing.assert_allclose(out[1], Xs.T @ R[1], atol=1e-13)
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+def test_best_run_keeps_the_first_near_tie():
+    # restarts 1 and 3 reached one optimum (bounds equal to rounding): the first is kept,
+    # whichever of the two rounding made larger
+    assert _mixture.best_run([-5.0, 2.0 + 1e-12, 1.0, 2.0], margin=1e-6) == 1
+    assert _mixture.best_run([-5.0, 2.0, 1.0, 2.0 + 1e-12], margin=1e-6) == 1
+    # a better restart beyond the margin wins; non-finite bounds are never kept
+    assert _mixture.best_run([2.0, np.nan, 2.1, -np.inf], margin=1e-6) == 2
+    assert _mixture.best_run([np.nan, np.nan], margin=1e-6) == 0

@@ -243,6 +243,15 @@ def test_dirichlet_devices_errors():
         DirichletVMFMixture(2, devices="gpu").fit(docs)
     with pytest.raises(ValueError, match="asked for 99 devices"):
         DirichletVMFMixture(2, devices=99).fit(docs)
+    # a refused refit leaves the fitted model and its stream as they were
+    model = DirichletVMFMixture(2, random_state=0).fit(docs)
+    before = (model.mean_directions_.copy(), model.n_sets_seen_, model._online)
+    with pytest.raises(ValueError, match="asked for 99 devices"):
+        model.set_params(devices=99).fit(docs)
+    np.testing.assert_array_equal(model.mean_directions_, before[0])
+    assert (model.n_sets_seen_, model._online) == before[1:]
+    with pytest.raises(ValueError, match="learning_decay must be a number > 0.5"):
+        model.set_params(devices=None, learning_decay=3.0).partial_fit(docs)
 
 
 def test_bayesian_devices_refuses_gibbs_and_label_init():
@@ -255,6 +264,18 @@ def test_bayesian_devices_refuses_gibbs_and_label_init():
         BayesianVMFMixture(2, init=np.arange(20) % 2, devices=1).fit(X)
     with pytest.raises(ValueError, match="asked for 99 devices"):
         BayesianVMFMixture(2, devices=99).fit(X)
+    # refused refits leave the fitted model, its stream and n_features_in_ as they were
+    model = BayesianVMFMixture(
+        2, kappa_update="bounding", empirical_bayes=False, random_state=0
+    ).fit(X)
+    seen = model.n_samples_seen_
+    with pytest.raises(ValueError, match="collapsed Gibbs sampler visits the rows"):
+        model.set_params(inference="gibbs", devices=1).fit(X[:, :3])
+    with pytest.raises(ValueError, match="init must be a 1-D array of 20 labels"):
+        model.set_params(inference="vi", devices=None, init=np.zeros(3, int)).fit(X)
+    assert model.n_samples_seen_ == seen and model.n_features_in_ == 4
+    with pytest.raises(ValueError, match="needs inference='vi'"):
+        model.set_params(init="random", inference="gibbs").partial_fit(X)
 
 
 # ---- in-process (one device) ---------------------------------------------------------------

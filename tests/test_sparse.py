@@ -196,7 +196,10 @@ def test_n_init_keeps_best_and_is_reproducible(small):
     X, _ = small
     model = SparseVMFMixture(3, n_init=N_INIT, random_state=11).fit(X)
     healthy = model.run_statuses_ == Status.OK
-    assert model.lower_bound_ == np.max(model.run_lower_bounds_[healthy])
+    # the first healthy restart within tol of the best (best_run): near-ties are one optimum
+    best = np.max(model.run_lower_bounds_[healthy])
+    near = np.flatnonzero(healthy & (model.run_lower_bounds_ >= best - model.tol))
+    assert model.lower_bound_ == model.run_lower_bounds_[near[0]]
     again = SparseVMFMixture(3, n_init=N_INIT, random_state=11).fit(X)
     np.testing.assert_array_equal(model.mean_directions_, again.mean_directions_)
     np.testing.assert_array_equal(model.run_lower_bounds_, again.run_lower_bounds_)

@@ -650,7 +650,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         must be used), the same for every restart and chain, so that several methods can
         start from identical assignments.
     n_init : int, default 1
-        VI restarts, run side by side (vmapped); the one with the largest bound is kept.
+        VI restarts, run side by side (vmapped); the first whose bound per row is within
+        ``tol`` of the largest is kept (:func:`bayesvmf._mixture.best_run`).
     max_iter : int, default 100
     tol : float, default 1e-6
         Convergence threshold on the change of the bound per row.
@@ -941,12 +942,13 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
     # ---- fitting ----------------------------------------------------------------------------
 
     def _fit(self, data, rng_key) -> None:
-        # a new fit forgets any stream and its counters (a VI fit sets its own state)
+        key_init, key_fit = jax.random.split(rng_key)
+        priors, labels, statistics = self._resolve(data, key_init)
+        # a new fit forgets any stream and its counters (a VI fit sets its own state); only
+        # now, so that a fit refused by _resolve leaves the model as it was
         self._online = None
         for name in ("n_samples_seen_", "n_steps_"):
             self.__dict__.pop(name, None)
-        key_init, key_fit = jax.random.split(rng_key)
-        priors, labels, statistics = self._resolve(data, key_init)
         if self.inference == "gibbs":
             from bayesvmf.models.bayesian import _gibbs
 
@@ -1009,6 +1011,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         if self.devices is None:
             return super().fit_predict(X)
         self._validate_params()
+        self._check_devices()  # before anything of the fitted model changes
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
             data = self._fit_data(Xc)
@@ -1029,9 +1032,16 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
 
     def _fit_data(self, Xc):
         """Return checked data on the device: plain, or one row block per device."""
-        devices = _parallel.resolve_devices(self.devices)
+        devices = self._check_devices()
         if devices is None:
             return _mixture.to_device(Xc)
+        return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
+
+    def _check_devices(self) -> list | None:
+        """Resolve ``devices``; refuse it with Gibbs sampling or an ``init`` label array."""
+        devices = _parallel.resolve_devices(self.devices)
+        if devices is None:
+            return None
         if self.inference != "vi":
             raise ValueError(
                 f"{type(self).__name__}: devices={self.devices!r} shards the rows of "
@@ -1043,7 +1053,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                 f"{type(self).__name__}: init as an array of labels cannot be combined with "
                 "devices=; use init='random' or 'spherical-kmeans++'."
             )
-        return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
+        return devices
 
     def partial_fit(self, X, y=None, *, n_samples: int | None = None) -> BayesianVMFMixture:
         """Update the model with one chunk of rows: stochastic variational inference.
@@ -1091,13 +1101,14 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         """
         online = getattr(self, "_online", None)
         first = online is None
+        # every call: set_params may have changed anything since the last one
+        self._validate_params()
+        if self.inference != "vi":
+            raise ValueError(
+                f"{type(self).__name__}.partial_fit runs stochastic variational "
+                f"inference: it needs inference='vi'; got inference={self.inference!r}."
+            )
         if first:
-            self._validate_params()
-            if self.inference != "vi":
-                raise ValueError(
-                    f"{type(self).__name__}.partial_fit runs stochastic variational "
-                    f"inference: it needs inference='vi'; got inference={self.inference!r}."
-                )
             if not isinstance(self.init, str):
                 raise ValueError(
                     f"{type(self).__name__}.partial_fit: init as an array of labels "
@@ -1115,6 +1126,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                 )
         if n_samples is not None and not _mixture.Interval(int, 1, None).check(n_samples):
             raise ValueError(f"n_samples must be None or an int >= 1; got {n_samples!r}.")
+        self._check_devices()
         Xc = self._check_input(X, reset=first)
         # the counters change only once the step has succeeded: a chunk that fails
         # validation leaves the model as it was
@@ -1151,7 +1163,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
 
     def _set_from_batch(self, state: VIState, history, data, rng_key) -> None:
         bounds = np.asarray(state.bound)
-        best = int(np.argmax(np.where(np.isfinite(bounds), bounds, -np.inf)))
+        best = _mixture.best_run(bounds, float(self.tol))
         run = jax.tree_util.tree_map(lambda a: a[best], state)
         n_iter = int(run.n_iter)
         post, stats = run.post, run.stats
