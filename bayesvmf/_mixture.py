@@ -55,6 +55,7 @@ from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFit
 
 __all__ = [
     "best_run",
+    "set_params",
     "ConvergenceWarning",
     "DegenerateRunWarning",
     "NotFittedError",
@@ -685,6 +686,22 @@ class RandomState(NamedTuple):
         return "None, an int >= 0 or a jax.random key"
 
 
+def set_params(estimator, valid, params: dict):
+    """Set constructor arguments ``params`` of ``estimator`` (names in ``valid``); return it.
+
+    The scikit-learn convention, shared by estimators that do not derive from
+    :class:`BaseVMFMixture`; values are validated at the next ``fit``.
+    """
+    for name, value in params.items():
+        if name not in valid:
+            raise ValueError(
+                f"Invalid parameter {name!r} for {type(estimator).__name__}; "
+                f"valid parameters are {list(valid)}."
+            )
+        setattr(estimator, name, value)
+    return estimator
+
+
 def best_run(bounds, margin: float) -> int:
     """Return the restart to keep: the first whose bound is within ``margin`` of the best.
 
@@ -778,15 +795,7 @@ class BaseVMFMixture:
 
     def set_params(self, **params) -> BaseVMFMixture:
         """Set constructor arguments (validated at the next ``fit``); return ``self``."""
-        valid = self._get_param_names()
-        for name, value in params.items():
-            if name not in valid:
-                raise ValueError(
-                    f"Invalid parameter {name!r} for {type(self).__name__}; "
-                    f"valid parameters are {valid}."
-                )
-            setattr(self, name, value)
-        return self
+        return set_params(self, self._get_param_names(), params)
 
     def _validate_params(self) -> None:
         """Check every constructor argument against ``_parameter_constraints``."""

@@ -1402,15 +1402,7 @@ class DirichletVMFMixture:
 
     def set_params(self, **params) -> DirichletVMFMixture:
         """Set constructor arguments (validated at the next ``fit``); return ``self``."""
-        valid = list(self.get_params())
-        for name, value in params.items():
-            if name not in valid:
-                raise ValueError(
-                    f"Invalid parameter {name!r} for {type(self).__name__}; "
-                    f"valid parameters are {valid}."
-                )
-            setattr(self, name, value)
-        return self
+        return _mixture.set_params(self, list(self.get_params()), params)
 
     def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Return (arrays, JSON scalars) of the fitted attributes, for :func:`bayesvmf.save`."""
