@@ -58,6 +58,7 @@ __all__ = [
     "map_rows",
     "block_data",
     "sum_over_blocks",
+    "sum_over_axis",
     "n_rows",
     "e_statistics",
     "select_rows",
@@ -385,9 +386,16 @@ def sum_over_blocks(data, *values):
 
     On plain data or a single local block the values are returned as they are (a tuple).
     """
-    if isinstance(data, RowBlocks) and data.axis_name is not None:
-        return jax.lax.psum(values, data.axis_name)
-    return values
+    return sum_over_axis(data.axis_name if isinstance(data, RowBlocks) else None, *values)
+
+
+def sum_over_axis(axis_name: str | None, *values):
+    """Add partial sums over the devices of mesh axis ``axis_name`` (``psum``).
+
+    For use inside ``shard_map``; with ``axis_name`` None the values are returned as they
+    are (a tuple).
+    """
+    return jax.lax.psum(values, axis_name) if axis_name is not None else values
 
 
 # --------------------------------------------------------------------------------------------
@@ -492,11 +500,11 @@ INIT_METHODS = {"random": init_random_rows, "spherical-kmeans++": init_spherical
 
 def weighted_log_prob(data: RowBlocks, log_weights, mu, kappa) -> np.ndarray:
     """Log alpha_k + log f_k(x_i) of every real row of blocked data, as a host array (n, K)."""
-    with jax.enable_x64(True):
-        log_c = _mixture.log_normalizer(data.shape[1], jnp.asarray(kappa, jnp.float64))
-    return map_rows(_weighted_log_prob_rows, (mu, kappa, log_c, log_weights), data)
+    return map_rows(_weighted_log_prob_rows, (mu, kappa, log_weights), data)
 
 
 def _weighted_log_prob_rows(params, block):
-    mu, kappa, log_c, log_weights = params
+    mu, kappa, log_weights = params
+    # inside the compiled program: K normalisers, d static from the block
+    log_c = _mixture.log_normalizer(block.shape[1], kappa)
     return _mixture.log_likelihood_matrix(block, mu, kappa, log_c) + log_weights

@@ -414,7 +414,7 @@ def vem_step(
     info : VEMInfo
     """
     count_trace("dirichlet.vem_step")
-    total = functools.partial(_sum_devices, axis_name)
+    total = functools.partial(_parallel.sum_over_axis, axis_name)
 
     X, w, doc = corpus.X, corpus.weights, corpus.doc
     n_docs = state.phi.shape[0]
@@ -909,7 +909,7 @@ def svi_step(
         corpus, mu, kappa, log_c, alpha, SVI_LOCAL_MAX_ITER, SVI_LOCAL_TOL
     )
     real = jnp.arange(phi.shape[0]) < jnp.reshape(n_docs, ())
-    resp_sum, resultant, bound = _sum_devices(
+    resp_sum, resultant, bound = _parallel.sum_over_axis(
         axis_name,
         weighted.sum(axis=0),
         _data_tdot(weighted, corpus.X),
@@ -944,11 +944,6 @@ def _sharded_svi_step(mesh):
         check_vma=False,
     )
     return jax.jit(step)
-
-
-def _sum_devices(axis_name, *values):
-    """Add per-device partial sums over the devices (``psum``); as they are without a mesh."""
-    return jax.lax.psum(values, axis_name) if axis_name is not None else values
 
 
 # --------------------------------------------------------------------------------------------

@@ -1011,28 +1011,18 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         if self.devices is None:
             return super().fit_predict(X)
         self._validate_params()
-        self._check_devices()  # before anything of the fitted model changes
+        devices = self._check_devices()  # before anything of the fitted model changes
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
-            data = self._fit_data(Xc)
+            data = self._fit_data(Xc, devices)
             # the device copy serves the whole fit: release the host copy now
             del Xc
             self._fit(data, _mixture.make_key(self.random_state))
-            params = tuple(
-                jnp.asarray(a)
-                for a in (
-                    self.weight_concentration_,
-                    self.mean_directions_,
-                    self.mean_direction_concentration_,
-                    self.concentrations_,
-                    self.kappa_mean_log_c_,
-                )
-            )
-            return np.argmax(_parallel.map_rows(_log_resp_rows, params, data), axis=1)
+            logits = _parallel.map_rows(_log_resp_rows, self._log_resp_params(), data)
+            return np.argmax(logits, axis=1)
 
-    def _fit_data(self, Xc):
+    def _fit_data(self, Xc, devices: list | None):
         """Return checked data on the device: plain, or one row block per device."""
-        devices = self._check_devices()
         if devices is None:
             return _mixture.to_device(Xc)
         return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
@@ -1126,17 +1116,16 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                 )
         if n_samples is not None and not _mixture.Interval(int, 1, None).check(n_samples):
             raise ValueError(f"n_samples must be None or an int >= 1; got {n_samples!r}.")
-        self._check_devices()
+        devices = self._check_devices()
         Xc = self._check_input(X, reset=first)
         # the counters change only once the step has succeeded: a chunk that fails
         # validation leaves the model as it was
         n_seen = (0 if first else self.n_samples_seen_) + Xc.shape[0]
         corpus_rows = n_seen if n_samples is None else n_samples
-        devices = _parallel.resolve_devices(self.devices)
         with jax.enable_x64(True):
             key = _mixture.make_key(self.random_state)
             if first:
-                self._fit(self._fit_data(Xc), key)
+                self._fit(self._fit_data(Xc, devices), key)
                 online, n_steps, step_size = self._online, 0, 1.0
             else:
                 n_steps = self.n_steps_ + 1
@@ -1266,14 +1255,18 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         if self.inference == "gibbs":
             return super()._estimate_weighted_log_prob(data)
         with jax.enable_x64(True):
-            return _weighted_log_resp(
-                data,
-                jnp.asarray(self.weight_concentration_),
-                jnp.asarray(self.mean_directions_),
-                jnp.asarray(self.mean_direction_concentration_),
-                jnp.asarray(self.concentrations_),
-                jnp.asarray(self.kappa_mean_log_c_),
-            )
+            return _weighted_log_resp(data, *self._log_resp_params())
+
+    def _log_resp_params(self) -> tuple:
+        """Return (rho, psi, gamma, E[kappa], E[log C_d]) of a VI fit (:func:`_log_resp_rows`)."""
+        names = (
+            "weight_concentration_",
+            "mean_directions_",
+            "mean_direction_concentration_",
+            "concentrations_",
+            "kappa_mean_log_c_",
+        )
+        return tuple(jnp.asarray(getattr(self, name)) for name in names)
 
     def score_samples(self, X) -> np.ndarray:
         r"""Return the held-out log posterior predictive density of each row.
