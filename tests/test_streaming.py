@@ -235,6 +235,19 @@ def test_document_chunk_errors(tmp_path, corpus):
     np.savez(tmp_path / "zero.npz", X=np.eye(3), lengths=np.array([3, 0]))
     with pytest.raises(ValueError, match="document 1 has 0 vectors"):
         load_document_chunk(tmp_path / "zero.npz")
+    with pytest.raises(ValueError, match="weights has 2 entries but docs has 1 documents"):
+        save_document_chunk(tmp_path / "x.npz", [np.eye(3)], [np.ones(3), np.ones(3)])
+    with pytest.raises(ValueError, match="docs is empty: a document chunk needs at least one"):
+        save_document_chunk(tmp_path / "x.npz", [])
+    np.savez(tmp_path / "flat.npz", X=np.ones(3), lengths=np.array([3]))
+    with pytest.raises(ValueError, match=r"X has shape \(3,\), expected \(n, d\)"):
+        load_document_chunk(tmp_path / "flat.npz")
+    np.savez(tmp_path / "float.npz", X=np.eye(3), lengths=np.array([3.0]))
+    with pytest.raises(ValueError, match="lengths must be a non-empty 1-D integer array"):
+        load_document_chunk(tmp_path / "float.npz")
+    np.savez(tmp_path / "w.npz", X=np.eye(3), lengths=np.array([3]), weights=np.ones(2))
+    with pytest.raises(ValueError, match=r"weights has shape \(2,\), expected \(3,\)"):
+        load_document_chunk(tmp_path / "w.npz")
     # a row chunk given to a model of documents: the file is named, the format explained
     with pytest.raises(ValueError, match="a document chunk holds 'X', 'lengths'"):
         fit_streaming(DirichletVMFMixture(2), corpus[1][:1])
