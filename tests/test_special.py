@@ -14,7 +14,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 import scipy.special as sc
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bayesvmf import special
@@ -313,16 +313,19 @@ def test_float32():
     d=st.integers(min_value=2, max_value=100_000),
     kappa=st.floats(min_value=0.0, max_value=1e7, allow_nan=False),
 )
+@example(d=2, kappa=8786294.884325719)  # drawn by a CI run: a + q - 1 = 5 eps
 def test_properties(d, kappa):
     a = float(special.mean_resultant_length(d, kappa))
     q = float(special.one_minus_mean_resultant_length(d, kappa))
     log_c = float(special.log_vmf_normalizer(d, kappa))
     assert 0.0 <= a < 1.0 and 0.0 < q <= 1.0
-    # A and 1 - A are computed separately, each rounded once, and the sum is rounded again:
-    # near A = 1 that is up to two ulps of 1.0 (4.44e-16, seen at d = 2, kappa = 4389), so
-    # the old bound of 4e-16 was tighter than rounding allows; 3 ulps is still far inside
-    # the 1e-12 contract.
-    assert abs(a + q - 1.0) <= 3 * np.finfo(np.float64).eps
+    # A and 1 - A are computed separately, each within the 1e-12 contract; near A = 1 their
+    # sum misses 1.0 by a few ulps of 1.0. Measured over 25,000 kappas in [1e-3, 1e7] for
+    # each of 12 d from 2 to 1e5: at most 6 eps (d = 7, kappa = 1.07e6); a CI run drew
+    # d = 2, kappa = 8.79e6 at 5 eps (A 9 ulps, 1 - A 1.6e-13 relative from mpmath at 50
+    # digits). 3 eps was tighter than the implementation ever promised; 8 eps is still 1e-3
+    # of the contract.
+    assert abs(a + q - 1.0) <= 8 * np.finfo(np.float64).eps
     assert np.isfinite(log_c)
     # monotone: A increases and log C decreases with kappa, up to rounding: near kappa = 0
     # at large d, log C changes by about kappa^2 / (2d), below one ulp of |log C| (seen:
