@@ -43,6 +43,7 @@ import functools
 import inspect
 import numbers
 import warnings
+import weakref
 from typing import Any, NamedTuple
 
 import jax
@@ -63,6 +64,8 @@ __all__ = [
     "SparseData",
     "SPARSE_KERNELS",
     "to_device",
+    "host_csr",
+    "with_device_csr",
     "data_dot",
     "data_tdot",
     "log_likelihood_matrix",
@@ -153,18 +156,23 @@ SPARSE_KERNELS = ("auto", "scipy", "segment_sum")
 
 @jax.tree_util.register_pytree_node_class
 class SparseData:
-    """Sparse data on the device: CSR arrays, plus a column-sorted COO copy when needed.
+    """Sparse data for the two products: host CSR blocks, or sorted COO arrays on the device.
 
     Two kernels compute the products ``X @ M`` and ``X.T @ R`` of an iteration (DESIGN.md
     section 5); the matrix is never densified and memory stays O(nnz):
 
     ``"scipy"`` (the default on CPU)
-        A ``jax.pure_callback`` into SciPy's compiled CSR/CSC products on the CSR arrays
-        ``indptr``, ``cols``, ``values`` (zero-copy views on CPU). These products *are* the
-        floor of DESIGN.md section 5, so an iteration costs about the floor plus the O(nK)
-        elementwise work (the XLA ``segment_sum`` kernels below measured 1.4-2.4x the floor
-        per product). Batched (vmapped) right-hand sides are concatenated into one product with
-        B * m columns, so restarts share one pass over the data.
+        A ``jax.pure_callback`` into SciPy's compiled CSR/CSC products. The CSR matrix stays
+        on the host, registered once (:func:`register_host_blocks`); the program carries only
+        an int32 ``handle`` per row block, so a product ships just its dense operand and
+        result across the callback boundary. (JAX copies every callback operand into a fresh
+        buffer: passing the CSR arrays themselves cost a copy of the whole data per product,
+        which is what made a fit's peak memory 8-16x the data before this design.) These
+        products *are* the floor of DESIGN.md section 5, so an iteration costs about the
+        floor plus the O(nK) elementwise work. Batched (vmapped) right-hand sides are
+        concatenated into one product with B * m columns, so restarts share one pass over
+        the data. Code that reads rows inside a program (collapsed Gibbs) adds device copies
+        of the CSR arrays with :func:`with_device_csr`.
     ``"segment_sum"`` (the default on GPU/TPU, where a host callback would copy)
         One sorted ``segment_sum`` per product: ``X @ M`` over the row-sorted COO arrays
         ``rows``, ``cols``, ``values``, ``X.T @ R`` over the column-sorted copy ``t_rows``,
@@ -172,17 +180,23 @@ class SparseData:
 
     Parameters
     ----------
-    rows, cols, values : jax.Array of shape (nnz,)
-        Row-sorted coordinates and values (``cols`` and ``values`` are also the CSR arrays;
-        ``rows`` is None with the ``scipy`` kernel).
+    rows, cols, values : jax.Array of shape (nnz,) or None
+        Row-sorted coordinates and values (``segment_sum``); with the ``scipy`` kernel,
+        ``cols`` and ``values`` are the device CSR arrays added by :func:`with_device_csr`,
+        else None, and ``rows`` is None.
     t_rows, t_cols, t_values : jax.Array of shape (nnz,) or None
         The same entries sorted by column (``segment_sum`` kernel only).
     shape : tuple of int
-        (n_samples, n_features), static.
+        (n_samples, n_features) of one row block, static.
     indptr : jax.Array of shape (n_samples + 1,) or None
-        CSR row pointers (``scipy`` kernel).
+        Device CSR row pointers (``scipy`` kernel after :func:`with_device_csr`).
     kernel : {"scipy", "segment_sum"}, default "segment_sum"
         Static.
+    handle : jax.Array of int32, shape (n_blocks,), or None
+        ``scipy`` kernel: the registry handle of each row block's host CSR matrix (one
+        block, or one per device, sharded with the blocks).
+    dtype : dtype or None
+        Static dtype of the values, hence of the products (default: that of ``values``).
     """
 
     def __init__(
@@ -196,15 +210,23 @@ class SparseData:
         shape,
         indptr=None,
         kernel="segment_sum",
+        handle=None,
+        dtype=None,
     ):
         self.rows, self.cols, self.values = rows, cols, values
         self.t_rows, self.t_cols, self.t_values = t_rows, t_cols, t_values
         self.indptr = indptr
+        self.handle = handle
         self.shape = tuple(int(s) for s in shape)
         self.kernel = kernel
+        self.dtype = jnp.dtype(dtype if dtype is not None else values.dtype)
+        # the registry entries of the host blocks live while this object (or a program
+        # still using ``handle``, see register_host_blocks) does; copies made by
+        # tree_unflatten share the handle but not this reference
+        self._anchors = ()
 
     def tree_flatten(self):
-        """Flatten into arrays (children) and the static shape and kernel (auxiliary data)."""
+        """Flatten into arrays (children) and the static shape, kernel, dtype (aux data)."""
         children = (
             self.rows,
             self.cols,
@@ -213,20 +235,138 @@ class SparseData:
             self.t_cols,
             self.t_values,
             self.indptr,
+            self.handle,
         )
-        return children, (self.shape, self.kernel)
+        return children, (self.shape, self.kernel, self.dtype.name)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
         """Rebuild from :meth:`tree_flatten` output."""
-        shape, kernel = aux
-        *arrays, indptr = children
-        return cls(*arrays, shape, indptr=indptr, kernel=kernel)
+        shape, kernel, dtype = aux
+        *arrays, indptr, handle = children
+        return cls(*arrays, shape, indptr=indptr, kernel=kernel, handle=handle, dtype=dtype)
 
     @property
     def nnz(self) -> int:
-        """Number of stored entries."""
-        return int(self.values.shape[0])
+        """Number of stored entries (padding included); read on the host, outside programs."""
+        if self.values is not None:
+            return int(self.values.shape[0])
+        return sum(block.nnz for block in host_blocks(self))
+
+
+# --------------------------------------------------------------------------------------------
+# The host registry of the "scipy" kernel
+# --------------------------------------------------------------------------------------------
+
+#: handle -> host CSR block of the "scipy" kernel. An entry is removed when its anchor (an
+#: object that owns the block's handle array) is freed, see register_host_blocks.
+_HOST_BLOCKS: dict[int, sp.csr_matrix] = {}
+_NEXT_HANDLE = iter(range(1, 2**31))
+
+
+class _HostAnchor:
+    """Owns one host CSR block and the memory of its int32 handle (NumPy array interface).
+
+    On CPU, ``jax.device_put`` of a 64-byte-aligned NumPy array aliases its memory instead of
+    copying it, and the device buffer keeps the array, and so this anchor, alive until the
+    buffer is freed, which the runtime delays until no enqueued program uses it. A program
+    that reads the handle therefore always finds its block in the registry, even when the
+    :class:`SparseData` it came from has been dropped before the program ran.
+    """
+
+    def __init__(self, handle: int, block: sp.csr_matrix):
+        self.block = block
+        raw = np.zeros(32, np.int32)
+        start = (-raw.ctypes.data % 64) // 4
+        self._memory = raw[start : start + 1]
+        self._memory[0] = handle
+        self.__array_interface__ = self._memory.__array_interface__
+        weakref.finalize(self, _HOST_BLOCKS.pop, handle, None)
+
+
+def register_host_blocks(blocks: list[sp.csr_matrix]) -> tuple[list[np.ndarray], list]:
+    """Register host CSR blocks for the "scipy" kernel; return their handles and anchors.
+
+    Parameters
+    ----------
+    blocks : list of scipy.sparse.csr_matrix
+        One block per device (or one). They are kept as they are (never modified), so they
+        may share memory with the caller's matrix.
+
+    Returns
+    -------
+    handles : list of ndarray of int32, shape (1,)
+        One handle array per block, to be placed on the block's device (zero-copy on CPU).
+    anchors : list
+        The objects that keep the registry entries; hold them as long as the handles are
+        used (:class:`SparseData` does).
+    """
+    handles, anchors = [], []
+    for block in blocks:
+        handle = next(_NEXT_HANDLE)
+        anchor = _HostAnchor(handle, block)
+        _HOST_BLOCKS[handle] = block
+        handles.append(np.asarray(anchor))
+        anchors.append(anchor)
+    return handles, anchors
+
+
+def _lookup(handle: int) -> sp.csr_matrix:
+    try:
+        return _HOST_BLOCKS[int(handle)]
+    except KeyError:
+        raise RuntimeError(
+            f"the host CSR block {int(handle)} of a sparse product was released before the "
+            "product ran; keep the SparseData returned by to_device/row_blocks alive while "
+            "its programs run"
+        ) from None
+
+
+def host_blocks(data: SparseData) -> list[sp.csr_matrix]:
+    """Return the host CSR blocks of "scipy"-kernel data (outside programs; no copy)."""
+    if data.handle is None:
+        raise ValueError("host_blocks needs SparseData of the 'scipy' kernel")
+    return [_lookup(h) for h in np.asarray(data.handle).reshape(-1)]
+
+
+def host_csr(data: SparseData) -> sp.csr_matrix:
+    """Return sparse data as one host CSR matrix of its values' dtype (blocks stacked).
+
+    No copy for "scipy"-kernel data of one block; otherwise built from the device arrays.
+    """
+    if data.handle is not None:
+        blocks = host_blocks(data)
+        return blocks[0] if len(blocks) == 1 else sp.vstack(blocks, format="csr")
+    values, cols = np.asarray(data.values), np.asarray(data.cols)
+    if data.indptr is not None:
+        return sp.csr_matrix((values, cols, np.asarray(data.indptr)), shape=data.shape)
+    return sp.csr_matrix((values, (np.asarray(data.rows), cols)), shape=data.shape)
+
+
+def with_device_csr(data):
+    """Return "scipy"-kernel data with device copies of its CSR arrays ``indptr/cols/values``.
+
+    For programs that read rows of X directly (collapsed Gibbs). One block only; other data
+    is returned unchanged. The result keeps ``data``'s host registration alive.
+    """
+    if not isinstance(data, SparseData) or data.handle is None or data.indptr is not None:
+        return data
+    (block,) = host_blocks(data)
+    out = SparseData(
+        None,
+        jnp.asarray(block.indices, jnp.int32),
+        jnp.asarray(block.data, data.dtype),
+        None,
+        None,
+        None,
+        data.shape,
+        indptr=jnp.asarray(block.indptr, jnp.int32),
+        kernel=data.kernel,
+        handle=data.handle,
+        dtype=data.dtype,
+    )
+    out._anchors = data._anchors
+    return out
 
 
 def _resolve_kernel(kernel: str) -> str:
@@ -235,6 +375,48 @@ def _resolve_kernel(kernel: str) -> str:
     if kernel == "auto":
         return "scipy" if jax.default_backend() == "cpu" else "segment_sum"
     return kernel
+
+
+def host_block(csr: sp.csr_matrix, dtype, rows: int | None = None) -> sp.csr_matrix:
+    """Return ``csr`` with values in ``dtype`` and ``rows`` rows (empty rows appended).
+
+    Shares the index arrays (and the values when their dtype already matches) with ``csr``,
+    which is never modified.
+    """
+    n, d = csr.shape
+    rows = n if rows is None else int(rows)
+    indptr = csr.indptr
+    if rows > n:
+        indptr = np.concatenate([indptr, np.full(rows - n, indptr[-1], indptr.dtype)])
+    values = csr.data.astype(np.dtype(jnp.dtype(dtype).name), copy=False)
+    if values is csr.data and indptr is csr.indptr:
+        return csr
+    return sp.csr_matrix((values, csr.indices, indptr), shape=(rows, d), copy=False)
+
+
+def scipy_kernel_data(blocks: list[sp.csr_matrix], dtype, place=None) -> SparseData:
+    """Register host blocks (equal shapes) and return their "scipy"-kernel :class:`SparseData`.
+
+    ``place`` maps the list of per-block handle arrays to one device array (sharded over the
+    devices by :mod:`bayesvmf._parallel`); by default the single handle is put on the
+    default device.
+    """
+    handles, anchors = register_host_blocks(blocks)
+    handle = jax.device_put(handles[0]) if place is None else place(handles)
+    data = SparseData(
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        blocks[0].shape,
+        kernel="scipy",
+        handle=handle,
+        dtype=dtype,
+    )
+    data._anchors = tuple(anchors)
+    return data
 
 
 def to_device(X, dtype=jnp.float64, kernel: str = "auto") -> DenseData | SparseData:
@@ -248,7 +430,8 @@ def to_device(X, dtype=jnp.float64, kernel: str = "auto") -> DenseData | SparseD
         Dtype of the stored values, hence of the two data products.
     kernel : {"auto", "scipy", "segment_sum"}, default "auto"
         Kernel of the sparse products (:class:`SparseData`); "auto" is "scipy" on CPU and
-        "segment_sum" elsewhere. Ignored for dense input.
+        "segment_sum" elsewhere. Ignored for dense input. With "scipy" the CSR matrix stays
+        on the host and shares its index arrays (and float64 values) with ``X``.
 
     Returns
     -------
@@ -266,15 +449,15 @@ def to_device(X, dtype=jnp.float64, kernel: str = "auto") -> DenseData | SparseD
         pass
     if sp.issparse(X):
         kernel = _resolve_kernel(kernel)
-        csr = sp.csr_matrix(X)  # a new object when X is not CSR; never modified below
-        csr = csr.copy() if csr is X else csr
-        csr.sum_duplicates()
+        csr = sp.csr_matrix(X)  # a new object sharing X's arrays when X is CSR
+        if not csr.has_canonical_format:
+            csr = csr.copy()  # sum_duplicates works in place: never on X's arrays
+            csr.sum_duplicates()
         n, d = csr.shape
+        if kernel == "scipy":
+            return scipy_kernel_data([host_block(csr, dtype)], dtype)
         cols = jnp.asarray(csr.indices.astype(np.int32))
         values = jnp.asarray(csr.data, dtype=dtype)
-        if kernel == "scipy":
-            indptr = jnp.asarray(csr.indptr.astype(np.int32))
-            return SparseData(None, cols, values, None, None, None, (n, d), indptr, kernel)
         rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(csr.indptr))
         csc = csr.tocsc()
         t_cols = np.repeat(np.arange(d, dtype=np.int32), np.diff(csc.indptr))
@@ -293,32 +476,32 @@ def to_device(X, dtype=jnp.float64, kernel: str = "auto") -> DenseData | SparseD
 
 
 def _data_dtype(data):
-    return data.X.dtype if isinstance(data, DenseData) else data.values.dtype
+    return data.X.dtype if isinstance(data, DenseData) else data.dtype
 
 
-def _host_product(indptr, indices, values, B, *, shape, transpose, bits):
+def _host_product(handle, B, *, shape, transpose, bits):
     """Host side of the "scipy" kernel: ``X @ B`` or ``X.T @ B`` for B of shape (..., r, m).
 
-    Leading (vmapped) axes of B are folded into the columns of one product. The data
-    arrays arrive unbatched (``vmap_method="expand_dims"`` only adds unit axes). With
-    ``bits``, float64 operands and the result travel as their uint32 bit patterns (shape
-    (..., 2)), see :func:`_scipy_product`.
+    ``X`` is the registered host block of ``handle``. Leading (vmapped) axes of B are folded
+    into the columns of one product. The handle arrives unbatched (``vmap_method=
+    "expand_dims"`` only adds unit axes). With ``bits``, float64 operands and the result
+    travel as their uint32 bit patterns (shape (..., 2)), see :func:`_scipy_product`.
     """
-    if bits:
-        values = np.ascontiguousarray(values).view(np.float64)
-        B = np.ascontiguousarray(B).view(np.float64)[..., 0]
-    nnz = np.size(values)
-    values, indices, indptr = (np.reshape(np.asarray(a), -1) for a in (values, indices, indptr))
-    if indptr.size != shape[0] + 1 or indices.size != nnz:
+    handle = np.asarray(handle).reshape(-1)
+    if handle.size != 1:
         raise ValueError("the sparse data of a product cannot be batched (vmapped)")
-    A = sp.csr_matrix((values, indices, indptr), shape=shape, copy=False)
+    A = _lookup(handle[0])
+    if A.shape != shape:  # pragma: no cover - guarded by construction
+        raise ValueError(f"host block of shape {A.shape} where {shape} was expected")
     B = np.asarray(B)
+    if bits:
+        B = np.ascontiguousarray(B).view(np.float64)[..., 0]
     lead, (r, m) = B.shape[:-2], B.shape[-2:]
     B2 = np.moveaxis(B.reshape(-1, r, m), 0, 1).reshape(r, -1)
     out = np.asarray(A.T @ B2 if transpose else A @ B2)
     rows = out.shape[0]
     out = np.moveaxis(out.reshape(rows, -1, m), 1, 0).reshape(*lead, rows, m)
-    out = np.ascontiguousarray(out, dtype=values.dtype)
+    out = np.ascontiguousarray(out, dtype=A.dtype)
     return out.view(np.uint32).reshape(*out.shape, 2) if bits else out
 
 
@@ -331,26 +514,23 @@ def _host_callback(shape: tuple[int, int], transpose: bool, bits: bool):
 def _scipy_product(data, B, transpose: bool):
     """``X @ B`` or ``X.T @ B`` through SciPy (the "scipy" kernel of :class:`SparseData`).
 
-    float64 operands cross the callback boundary as uint32 bit patterns: JAX re-places the
-    callback's arguments and checks its results under the x64 setting of the thread XLA runs
-    the callback on, which is not the caller's scoped ``jax.enable_x64(True)``; float64 would
-    then arrive as float32 (observed as intermittent dtype errors). Bit patterns are exact.
+    Only the block's handle, ``B`` and the result cross the callback boundary. float64
+    operands cross it as uint32 bit patterns: JAX re-places the callback's arguments and
+    checks its results under the x64 setting of the thread XLA runs the callback on, which is
+    not the caller's scoped ``jax.enable_x64(True)``; float64 would then arrive as float32
+    (observed as intermittent dtype errors). Bit patterns are exact.
     """
     rows = data.shape[1] if transpose else data.shape[0]
-    bits = data.values.dtype == jnp.float64
+    bits = data.dtype == jnp.float64
     host = _host_callback(data.shape, transpose, bits)
-    values = data.values
     if bits:
-        values = jax.lax.bitcast_convert_type(values, jnp.uint32)
         B = jax.lax.bitcast_convert_type(B, jnp.uint32)
     shape = (*B.shape[: -3 if bits else -2], rows, B.shape[-2 if bits else -1])
     if bits:
         result = jax.ShapeDtypeStruct((*shape, 2), jnp.uint32)
     else:
-        result = jax.ShapeDtypeStruct(shape, data.values.dtype)
-    out = jax.pure_callback(
-        host, result, data.indptr, data.cols, values, B, vmap_method="expand_dims"
-    )
+        result = jax.ShapeDtypeStruct(shape, data.dtype)
+    out = jax.pure_callback(host, result, data.handle, B, vmap_method="expand_dims")
     return jax.lax.bitcast_convert_type(out, jnp.float64) if bits else out
 
 
@@ -823,6 +1003,7 @@ class BaseVMFMixture:
             name="X",
             min_rows=self.n_components if reset else 1,
             min_rows_name="n_components" if reset else None,
+            copy=False,  # a normalised float64 CSR corpus is used in place, read-only
         )
         n_features = Xc.shape[1]
         if reset:

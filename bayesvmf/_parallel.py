@@ -14,9 +14,11 @@ added (DESIGN.md section 6). :class:`RowBlocks` holds data split into equal row 
   up to a few bucket sizes, so a stream of chunks of varying size and nnz reuses a handful
   of compiled programs instead of compiling one per chunk.
 
-Blocks have equal shapes. Dense blocks are padded with zero rows. Sparse (CSR) blocks are
-padded with empty rows, and their nnz is padded with explicit zeros stored in the block's
-last row (value 0.0 at column 0, which adds exactly 0.0 to both products). Every padding
+Blocks have equal shapes. Dense blocks are padded with zero rows. Sparse blocks are padded
+with empty rows: with the CPU ("scipy") kernel they are host CSR matrices, and the devices
+hold only one registry handle per block (:class:`bayesvmf._mixture.SparseData`), so their
+nnz may differ; with the "segment_sum" kernel their nnz is padded with explicit zeros
+(value 0.0, which adds exactly 0.0 to both products). Every padding
 row has row weight 0, and the statistics multiply the responsibilities and the per-row
 log-densities by the row weights, so padding never touches counts, resultants, weights or
 the likelihood. Padding rows only ever sit after the real rows: global row i is row
@@ -80,8 +82,8 @@ class RowBlocks:
     Parameters
     ----------
     data : DenseData or SparseData
-        The blocks' arrays concatenated along their first axis (dense rows; CSR ``indptr``,
-        ``cols``, ``values``; COO and column-sorted copies), so that splitting every array
+        The blocks' arrays concatenated along their first axis (dense rows; the host blocks'
+        handles; COO and column-sorted copies), so that splitting every array
         into ``n_blocks`` equal parts gives the blocks. ``data.shape`` is the shape of
         *one* block, ``(block_rows, n_features)``: it is what a device sees.
     row_weight : jax.Array of shape (n_blocks * block_rows,)
@@ -217,24 +219,21 @@ def _pad(a: np.ndarray, size: int, value) -> np.ndarray:
     return out
 
 
-def _sparse_block(block: sp.csr_matrix, rows: int, nnz: int, dtype, kernel: str):
-    """Arrays of one CSR block padded to ``rows`` rows and ``nnz`` entries (host NumPy)."""
+def _sparse_block(block: sp.csr_matrix, rows: int, nnz: int, dtype):
+    """Device arrays of one CSR block for the "segment_sum" kernel (host NumPy), padded.
+
+    ``rows`` rows and ``nnz`` entries; padding entries hold value 0 at (last row, column 0)
+    in row order and (row 0, last column) in column order, so both orders stay sorted and
+    they add exactly 0 to both products.
+    """
     n, d = block.shape
-    # padding entries: value 0 at (last row, column 0) in row order, (row 0, last column) in
-    # column order, so both orders stay sorted; they add exactly 0 to both products
-    values = _pad(block.data.astype(dtype), nnz, 0)
-    cols = _pad(block.indices.astype(np.int32), nnz, 0)
-    if kernel == "scipy":
-        indptr = _pad(block.indptr.astype(np.int32), rows + 1, block.nnz)
-        indptr[-1] = nnz  # the last row owns the padding entries
-        return {"cols": cols, "values": values, "indptr": indptr}
     row_ids = np.repeat(np.arange(n, dtype=np.int32), np.diff(block.indptr))
     csc = block.tocsc()
     t_cols = np.repeat(np.arange(d, dtype=np.int32), np.diff(csc.indptr))
     return {
         "rows": _pad(row_ids, nnz, rows - 1),
-        "cols": cols,
-        "values": values,
+        "cols": _pad(block.indices.astype(np.int32), nnz, 0),
+        "values": _pad(block.data.astype(dtype), nnz, 0),
         "t_rows": _pad(csc.indices.astype(np.int32), nnz, 0),
         "t_cols": _pad(t_cols, nnz, d - 1),
         "t_values": _pad(csc.data.astype(dtype), nnz, 0),
@@ -251,6 +250,22 @@ def place(arrays: dict, mesh: Mesh | None) -> dict:
         k: jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])
         for k, v in arrays.items()
     }
+
+
+def _place_handles(handles: list, mesh: Mesh | None) -> jax.Array:
+    """One int32 handle per block: a (1,) array, or (n_blocks,) sharded over ``mesh``.
+
+    Built from the handle arrays themselves (aliased on CPU, see
+    :func:`bayesvmf._mixture.register_host_blocks`); each process places only the blocks of
+    the devices it addresses.
+    """
+    if mesh is None:
+        return jax.device_put(handles[0])
+    sharding = NamedSharding(mesh, P(AXIS))
+    blocks = range(len(handles))
+    return jax.make_array_from_callback(
+        (len(handles),), sharding, lambda idx: handles[blocks[idx[0]][0]]
+    )
 
 
 def row_blocks(
@@ -293,22 +308,28 @@ def row_blocks(
     kernel = _mixture._resolve_kernel(kernel)
     csr = sp.csr_matrix(X)
     # an all-padding block (more devices than row blocks) is an empty (0, d) slice
-    blocks = [csr[b * rows : (b + 1) * rows] for b in range(n_blocks)]
+    blocks = [csr] if n_blocks == 1 else [csr[b * rows : (b + 1) * rows] for b in range(n_blocks)]
+    if kernel == "scipy":
+        # the blocks stay on the host (padded with empty rows only; one block shares X's
+        # arrays); the devices hold one handle per block
+        host = [_mixture.host_block(blk, np_dtype, rows) for blk in blocks]
+        data = _mixture.scipy_kernel_data(host, dtype, lambda hs: _place_handles(hs, mesh))
+        return RowBlocks(data, place({"w": weight}, mesh)["w"], n, mesh)
     nnz = max(max(blk.nnz for blk in blocks), 1)
     if bucket:
         nnz = bucket_size(nnz)
-    parts = [_sparse_block(blk, rows, nnz, np_dtype, kernel) for blk in blocks]
+    parts = [_sparse_block(blk, rows, nnz, np_dtype) for blk in blocks]
     arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     placed = place({**arrays, "w": weight}, mesh)
     data = SparseData(
-        placed.get("rows"),
+        placed["rows"],
         placed["cols"],
         placed["values"],
-        placed.get("t_rows"),
-        placed.get("t_cols"),
-        placed.get("t_values"),
+        placed["t_rows"],
+        placed["t_cols"],
+        placed["t_values"],
         (rows, d),
-        placed.get("indptr"),
+        None,
         kernel,
     )
     return RowBlocks(data, placed["w"], n, mesh)

@@ -108,6 +108,82 @@ def test_sparse_csr_input_buffers_not_shared(X_dense):
         assert not np.shares_memory(getattr(out, attr), getattr(Xs, attr))
 
 
+def test_sparse_copy_false_shares_a_normalised_csr_read_only(X_dense):
+    Xs = check_directional(scipy.sparse.csr_matrix(X_dense))  # unit rows, canonical, float64
+    before = _snapshot(Xs)
+    for normalize in (True, False):
+        out = check_directional(Xs, normalize=normalize, copy=False)
+        assert out is not Xs
+        for attr in ("data", "indices", "indptr"):
+            assert np.shares_memory(getattr(out, attr), getattr(Xs, attr))
+            assert not getattr(out, attr).flags.writeable  # the caller's arrays stay safe
+        np.testing.assert_array_equal(out.toarray(), Xs.toarray())
+        with pytest.raises(ValueError, match="read-only"):
+            out.data[0] = 2.0
+    _assert_unchanged(Xs, before)
+    assert Xs.data.flags.writeable
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["not unit", "float32", "csc", "unsorted", "explicit zero", "rows scaled by 1 + 1e-12"],
+)
+def test_sparse_copy_false_copies_what_does_not_pass_as_it_is(X_dense, case):
+    Xs = check_directional(scipy.sparse.csr_matrix(X_dense))
+    if case == "not unit":
+        Xs = scipy.sparse.csr_matrix(X_dense)
+    elif case == "float32":
+        Xs = Xs.astype(np.float32)
+    elif case == "csc":
+        Xs = Xs.tocsc()
+    elif case == "unsorted":
+        Xs = scipy.sparse.csr_matrix((Xs.data, Xs.indices, Xs.indptr), shape=Xs.shape)
+        Xs.indices[:2] = Xs.indices[1::-1].copy()
+        Xs.data[:2] = Xs.data[1::-1].copy()
+        Xs.has_sorted_indices = False
+    elif case == "explicit zero":  # unit rows, sorted, no duplicates, one stored 0.0
+        data, indices = np.array([0.6, 0.0, 0.8, 1.0]), np.array([0, 1, 2, 0])
+        Xs = scipy.sparse.csr_matrix((data, indices, np.array([0, 3, 4])), shape=(2, 3))
+        assert Xs.has_canonical_format
+    else:
+        Xs = Xs.multiply(1 + 1e-12).tocsr()
+    before = _snapshot(Xs)
+    out = check_directional(Xs, copy=False)
+    want = check_directional(Xs)  # the copying path
+    assert not np.shares_memory(out.data, Xs.data)
+    assert out.data.flags.writeable and out.nnz == want.nnz
+    np.testing.assert_array_equal(out.toarray(), want.toarray())
+    _assert_unchanged(Xs, before)
+
+
+def test_sparse_copy_false_raises_as_the_copying_path():
+    X = np.ones((6, 3)) / np.sqrt(3.0)
+    X[3, 1] = np.nan
+    with pytest.raises(ValueError, match=r"^X has a NaN or infinite value in row 3$"):
+        check_directional(scipy.sparse.csr_matrix(X), copy=False)
+    X = np.eye(4)[[0, 1, 2, 3, 0]]
+    X[4] = [0.0, 0.0, 3.0, 4.0]
+    msg = "X row 4 has norm 5 but normalize=False requires unit-norm rows"
+    with pytest.raises(ValueError, match=msg):
+        check_directional(scipy.sparse.csr_matrix(X), normalize=False, copy=False)
+
+
+def test_sparse_rows_checked_in_slices_give_the_same_result(rng, monkeypatch):
+    # many slices, some rows longer than a slice: norms, rescaling and the first bad row
+    # must not depend on where the slices fall
+    X = rng.normal(size=(50, 40)) * (rng.random((50, 40)) < 0.4)
+    X[:, 0] += 1.0
+    Xs = scipy.sparse.csr_matrix(X)
+    whole = check_directional(Xs)
+    monkeypatch.setattr("bayesvmf.data.CHUNK_NNZ", 7)
+    sliced = check_directional(Xs)
+    np.testing.assert_array_equal(sliced.toarray(), whole.toarray())
+    np.testing.assert_allclose(whole.toarray(), X / np.linalg.norm(X, axis=1, keepdims=True))
+    X[37, 5] = np.inf
+    with pytest.raises(ValueError, match=r"infinite value in row 37$"):
+        check_directional(scipy.sparse.csr_matrix(X))
+
+
 def test_sparse_duplicates_summed_unsorted_indices_sorted():
     # Row 0 holds (0, 1) twice: 1 + 2 = 3, and (0, 0) = 4: norm 5. Indices given unsorted.
     data = np.array([1.0, 4.0, 2.0, 1.0])

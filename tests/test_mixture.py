@@ -199,3 +199,54 @@ def test_best_run_keeps_the_first_near_tie():
     # a better restart beyond the margin wins; non-finite bounds are never kept
     assert _mixture.best_run([2.0, np.nan, 2.1, -np.inf], margin=1e-6) == 2
     assert _mixture.best_run([np.nan, np.nan], margin=1e-6) == 0
+
+
+def test_scipy_kernel_keeps_the_csr_on_the_host_without_copying(X):
+    Xs = sp.csr_matrix(X)
+    Xs.indices = Xs.indices.astype(np.int32)
+    with jax.enable_x64(True):
+        data = _mixture.to_device(Xs, jnp.float64, kernel="scipy")
+        mixed = _mixture.to_device(Xs, jnp.float32, kernel="scipy")
+    # the program holds one int32 handle per block; float64 values, indices and row
+    # pointers are the caller's arrays, float32 ("mixed") values a cast copy
+    assert data.cols is None and data.values is None and data.handle.shape == (1,)
+    (block,) = _mixture.host_blocks(data)
+    for attr in ("data", "indices", "indptr"):
+        assert np.shares_memory(getattr(block, attr), getattr(Xs, attr))
+    (block32,) = _mixture.host_blocks(mixed)
+    assert block32.dtype == np.float32 and np.shares_memory(block32.indices, Xs.indices)
+    assert data.nnz == Xs.nnz and data.dtype == jnp.float64 and mixed.dtype == jnp.float32
+
+
+def test_host_block_lives_while_its_handle_does(X):
+    """The registry entry outlives the SparseData while a handle array (as an enqueued
+    program holds it) is alive, and is released with the last of them."""
+    import gc
+
+    with jax.enable_x64(True):
+        data = _mixture.to_device(sp.csr_matrix(X), kernel="scipy")
+        handle = data.handle
+        key = int(np.asarray(handle)[0])
+        del data
+        gc.collect()
+        assert key in _mixture._HOST_BLOCKS  # the handle's buffer keeps its block alive
+        out = _mixture._host_product(handle, np.eye(D), shape=(N, D), transpose=False, bits=False)
+        np.testing.assert_allclose(out, X, rtol=1e-15)
+        del handle
+        gc.collect()
+        assert key not in _mixture._HOST_BLOCKS
+        with pytest.raises(RuntimeError, match=f"the host CSR block {key} of a sparse product"):
+            _mixture._host_product(
+                np.array([key], np.int32), np.eye(D), shape=(N, D), transpose=False, bits=False
+            )
+
+
+def test_with_device_csr_adds_the_arrays_gibbs_reads(X):
+    Xs = sp.csr_matrix(X)
+    with jax.enable_x64(True):
+        data = _mixture.with_device_csr(_mixture.to_device(Xs, kernel="scipy"))
+        np.testing.assert_array_equal(np.asarray(data.indptr), Xs.indptr)
+        np.testing.assert_array_equal(np.asarray(data.cols), Xs.indices)
+        np.testing.assert_array_equal(np.asarray(data.values), Xs.data)
+        # the products still run on the host block
+        np.testing.assert_allclose(np.asarray(_mixture.data_tdot(data, jnp.eye(N))), X.T)

@@ -230,18 +230,16 @@ def max_row_nnz(data) -> int:
     """Largest number of stored entries in a row (1 for dense data, which is not read so)."""
     if isinstance(data, DenseData):
         return 1
-    if data.indptr is not None:
-        indptr = np.asarray(data.indptr)
-        return max(int(np.max(np.diff(indptr))), 1)
-    rows = np.asarray(data.rows)
-    return max(int(np.max(np.bincount(rows, minlength=1))), 1) if rows.size else 1
+    indptr = _mixture.host_csr(data).indptr
+    return max(int(np.max(np.diff(indptr))), 1)
 
 
 def _row_reader(data, max_nnz: int):
     """Return ``read(i) -> (cols, x)``: the nonzeros of row i (dense: ``cols`` is None).
 
-    Sparse rows are read from the CSR arrays of ``data`` (``indptr`` from the "scipy" kernel,
-    or rebuilt from the row-sorted ``rows`` of the "segment_sum" kernel) as a window of
+    Sparse rows are read from the device CSR arrays of ``data`` (``indptr`` added by
+    :func:`bayesvmf._mixture.with_device_csr` for the "scipy" kernel, or rebuilt from the
+    row-sorted ``rows`` of the "segment_sum" kernel) as a window of
     ``max_nnz`` entries, the entries past the row's end masked to zero; the arrays are padded
     by ``max_nnz`` so that a window never runs past their end (``dynamic_slice`` would shift
     it back). X is never densified.
@@ -689,6 +687,8 @@ def run_chains(
     kappa = _initial_kappa(data, z, hyper.m, n_components)
     states = _init_states(data, z, kappa, hyper.mu0, n_components)
     max_nnz = max_row_nnz(data)
+    # the sweeps read rows of X inside the program: device CSR arrays beside the host blocks
+    data = _mixture.with_device_csr(data)
 
     total = num_warmup + num_samples
     n_chunks = max(-(-total // GIBBS_CHUNK), 1)

@@ -682,15 +682,9 @@ def initial_labels(rng_key, data, n_components, init):
 
 def host_matrix(data):
     """Return the device data as a host NumPy array or SciPy CSR matrix (initialisation)."""
-    import scipy.sparse as sp
-
     if isinstance(data, _mixture.DenseData):
         return np.asarray(data.X, np.float64)
-    values = np.asarray(data.values, np.float64)
-    cols = np.asarray(data.cols)
-    if data.indptr is not None:
-        return sp.csr_matrix((values, cols, np.asarray(data.indptr)), shape=data.shape)
-    return sp.csr_matrix((values, (np.asarray(data.rows), cols)), shape=data.shape)
+    return _mixture.host_csr(data).astype(np.float64, copy=False)
 
 
 def _dense_rows(X, j):
