@@ -205,6 +205,33 @@ def test_n_init_keeps_best_and_is_reproducible(small):
     np.testing.assert_array_equal(model.run_lower_bounds_, again.run_lower_bounds_)
 
 
+def test_stopped_restarts_leave_the_batch(small, monkeypatch):
+    # run_em takes stopped runs out of the batch on large data (COMPACT_MIN_WORK); forced on
+    # here: every run ends as in the full batch, up to the rounding of a smaller batch
+    X, _ = small
+    full = SparseVMFMixture(3, n_init=N_INIT, random_state=3, tol=1e-10).fit(X)
+    assert len(set(full.run_n_iter_.tolist())) > 1  # the runs stop at different iterations
+    assert full.n_iter_ == full.run_n_iter_[np.argmax(full.run_lower_bounds_ == full.lower_bound_)]
+    step, sizes = S.em_step, []
+
+    def spy(state, *args, **kwargs):
+        sizes.append(state.mu.shape[0])
+        return step(state, *args, **kwargs)
+
+    monkeypatch.setattr(S, "em_step", spy)
+    monkeypatch.setattr(S, "COMPACT_MIN_WORK", 0)
+    compact = SparseVMFMixture(3, n_init=N_INIT, random_state=3, tol=1e-10).fit(X)
+    assert sizes[0] == N_INIT and sizes[-1] < N_INIT and sizes == sorted(sizes, reverse=True)
+    assert len(sizes) == max(full.run_n_iter_) + 1  # one data pass more than the slowest run
+    np.testing.assert_array_equal(compact.run_n_iter_, full.run_n_iter_)
+    np.testing.assert_array_equal(compact.run_statuses_, full.run_statuses_)
+    np.testing.assert_allclose(compact.run_lower_bounds_, full.run_lower_bounds_, rtol=1e-12)
+    np.testing.assert_allclose(
+        compact.mean_directions_, full.mean_directions_, rtol=1e-9, atol=1e-12
+    )
+    np.testing.assert_allclose(compact.concentrations_, full.concentrations_, rtol=1e-9)
+
+
 def test_kmeanspp_init(small):
     X, y = small
     model = SparseVMFMixture(3, n_init=N_INIT, init="spherical-kmeans++", random_state=0).fit(X)
