@@ -69,6 +69,24 @@ def test_products_jit_and_vmap_over_right_hand_sides(X, kernel):
     np.testing.assert_allclose(tdot, np.einsum("nd,bnk->bdk", X, Rs), atol=1e-13)
 
 
+@pytest.mark.parametrize("dense_bytes", [1, 2 * D * K * 8, 10**9])
+def test_scipy_products_in_groups_of_restarts(X, dense_bytes, monkeypatch):
+    """Restarts beyond PRODUCT_DENSE_BYTES take separate passes: one per restart, two groups
+    of 2 (the last one short: 5 restarts) or one pass; the result is the same."""
+    monkeypatch.setattr(_mixture, "PRODUCT_DENSE_BYTES", dense_bytes)
+    rng = np.random.default_rng(2)
+    Ms, Rs = rng.normal(size=(5, D, K)), rng.normal(size=(5, N, K))
+    Xs = sp.csr_matrix(X)
+    with jax.enable_x64(True):
+        data = _mixture.to_device(Xs, kernel="scipy")
+        # a fresh jit per case: the host function is looked up when the program runs
+        dot = jax.jit(jax.vmap(lambda d, m: _mixture.data_dot(d, m), in_axes=(None, 0)))
+        tdot = jax.jit(jax.vmap(lambda d, r: _mixture.data_tdot(d, r), in_axes=(None, 0)))
+        got_dot, got_tdot = dot(data, jnp.asarray(Ms)), tdot(data, jnp.asarray(Rs))
+    np.testing.assert_allclose(got_dot, np.einsum("nd,bdk->bnk", X, Ms), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(got_tdot, np.einsum("nd,bnk->bdk", X, Rs), rtol=1e-13, atol=1e-14)
+
+
 def test_e_step_matches_direct_formula(X):
     rng = np.random.default_rng(2)
     mu = rng.normal(size=(K, D))
