@@ -749,16 +749,17 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
     Notes
     -----
     Memory of a batch fit of sparse input on CPU (measured in benchmarks/results/scale.md).
-    Besides the caller's X, a fit holds: the normalised copy made by
-    :func:`bayesvmf.data.check_directional` (released once the data is on the device, before
-    EM); one device copy of the CSR arrays (values in the product dtype, so float32 with
-    ``dtype="mixed"``; int32 column indices and row pointers); per restart O(K d) for the
-    directions, resultants and the M-step's new directions, and O(n K) for the
-    responsibilities. Transient: every product of the "scipy" kernel hands its operands,
-    the CSR arrays included, to the host callback as a fresh copy (about one more copy of
-    the data per product, freed after it), and float64 values cross it as bit patterns
-    (another copy of the values). glibc keeps such freed blocks for reuse, so the resident
-    set grows above the live memory over the first iterations.
+    Besides the caller's X, a fit holds: nothing more of the data when X is a
+    unit-normalised float64 CSR matrix (:func:`bayesvmf.data.check_directional` with
+    ``copy=False`` shares its arrays read-only, and the "scipy" kernel keeps them on the
+    host: the device holds one handle per row block), else a normalised copy; with
+    ``dtype="mixed"`` a float32 copy of the values; per restart O(K d) for the directions,
+    resultants and the M-step's new directions, and O(n K) for the log-likelihoods and
+    responsibilities. Transient: each product hands its dense operand and result across the
+    host callback (JAX copies callback operands). glibc keeps such freed blocks per thread
+    for reuse, so the resident set grows above the live memory over the first iterations;
+    ``MALLOC_MMAP_THRESHOLD_=262144`` in the environment returns them at once, at some
+    cost in speed.
 
     Examples
     --------
@@ -911,8 +912,9 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                 data = _mixture.to_device(Xc, self._product_dtype())
             else:
                 data = self._blocks(Xc)
-            # the device copy serves the whole fit: release the normalised host copy now
-            # rather than after the fit (one copy of the data fewer at the peak)
+            # `data` serves the whole fit: drop this name now, so that a copy made only for
+            # the device (segment_sum kernel, devices=) goes before EM (the "scipy" kernel's
+            # one host block may be Xc itself, kept by `data`)
             del Xc
             self._fit(data, _mixture.make_key(self.random_state))
             if self.devices is None:
