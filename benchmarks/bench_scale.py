@@ -43,6 +43,11 @@ OUT = Path(__file__).resolve().parent / "results"
 K = 20
 N_INIT = 4
 N_CHUNKS = 8
+MEMORY_CORPUS = "generated, 20-Newsgroups size"
+LARGE_CORPUS = "generated, large"
+#: EM iterations of the memory fits on the large corpus: the resident set stops growing
+#: after about 5 (the allocator's reuse of freed blocks settles), and 100 would take long
+LARGE_MEMORY_MAX_ITER = 10
 
 
 def data_bytes(X):
@@ -183,15 +188,15 @@ def reset_peak():
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM (peak RSS) to the current RSS
 
-mode, dtype, K, *paths = sys.argv[1:]
-K = int(K)
+mode, dtype, K, max_iter, *paths = sys.argv[1:]
+K, max_iter = int(K), int(max_iter)
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import SparseVMFMixture
 from bayesvmf.streaming import fit_streaming, iter_chunks
 warnings.simplefilter("ignore", ConvergenceWarning)
 rss_imports = status("VmRSS")
 res = {"rss_after_imports": rss_imports}
-kw = dict(n_init=1, max_iter=100, dtype=dtype)
+kw = dict(n_init=1, max_iter=max_iter, dtype=dtype)
 if mode == "batch":
     X = sp.load_npz(paths[0]).tocsr()
     res["rss_data_loaded"] = status("VmRSS")
@@ -220,10 +225,19 @@ json.dump(res, sys.stdout)
 """
 
 
-def run_child(mode, dtype, paths):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+#: glibc returns freed blocks of at least this many bytes to the kernel at once when
+#: MALLOC_MMAP_THRESHOLD_ is set (a fixed threshold): the peak RSS is then the peak of the
+#: memory the fit really holds, without the freed blocks glibc keeps for reuse
+LIVE_MMAP_THRESHOLD = 256 * 1024
+ALLOCATORS = {"default": {}, "live": {"MALLOC_MMAP_THRESHOLD_": str(LIVE_MMAP_THRESHOLD)}}
+
+
+def run_child(mode, dtype, paths, max_iter, allocator):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **ALLOCATORS[allocator]}
+    if allocator == "default":
+        env.pop("MALLOC_MMAP_THRESHOLD_", None)
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, mode, dtype, str(K), *map(str, paths)],
+        [sys.executable, "-c", CHILD, mode, dtype, str(K), str(max_iter), *map(str, paths)],
         capture_output=True,
         text=True,
         env=env,
@@ -234,7 +248,8 @@ def run_child(mode, dtype, paths):
     return json.loads(proc.stdout)
 
 
-def bench_memory(Xn, out):
+def bench_memory(corpus, Xn, max_iter, out, modes=("batch", "stream")):
+    """Peak memory of batch and streamed fits of ``Xn``, under both allocator settings."""
     n, d = Xn.shape
     folder = Path(tempfile.mkdtemp(prefix="bayesvmf_scale_"))
     full = folder / "corpus.npz"
@@ -247,29 +262,40 @@ def bench_memory(Xn, out):
     param_bytes = 8 * K * d
     chunk_bytes = max(data_bytes(Xn[rows]) for rows in np.array_split(np.arange(n), N_CHUNKS))
     rows = []
-    for mode in ("batch", "stream"):
+    for mode in modes:
         for dtype in ("mixed", "float64"):
-            r = run_child(mode, dtype, [full] if mode == "batch" else chunks)
-            # memory the fit holds on top of the process without data (interpreter, JAX and
-            # the compiled programs): batch: peak - (RSS before fit - host copy of the data);
-            # stream: peak - RSS before fit (no data is held before)
-            base = r["rss_before_fit"] - (corpus_bytes if mode == "batch" else 0)
-            r.update(
-                mode=mode,
-                dtype=dtype,
-                fit_memory=r["peak_rss"] - base,
-                data_plus_params=corpus_bytes + param_bytes,
-                ratio=(r["peak_rss"] - base) / (corpus_bytes + param_bytes),
-            )
-            rows.append(r)
-            print(r, flush=True)
-    out["memory"] = dict(
+            for allocator in ALLOCATORS:
+                r = run_child(
+                    mode, dtype, [full] if mode == "batch" else chunks, max_iter, allocator
+                )
+                # memory the fit holds on top of the process without data (interpreter, JAX
+                # and the compiled programs): batch: peak - (RSS before fit - host copy of the
+                # data); stream: peak - RSS before fit (no data is held before)
+                base = r["rss_before_fit"] - (corpus_bytes if mode == "batch" else 0)
+                r.update(
+                    corpus=corpus,
+                    mode=mode,
+                    dtype=dtype,
+                    allocator=allocator,
+                    max_iter=max_iter,
+                    fit_memory=r["peak_rss"] - base,
+                    data_plus_params=corpus_bytes + param_bytes,
+                    ratio=(r["peak_rss"] - base) / (corpus_bytes + param_bytes),
+                )
+                rows.append(r)
+                print(r, flush=True)
+    memory = out.setdefault("memory", {})
+    memory.setdefault("corpora", {})[corpus] = dict(
+        shape=[n, d],
+        nnz=int(Xn.nnz),
         corpus_bytes=corpus_bytes,
         param_bytes=param_bytes,
+        responsibility_bytes=8 * K * n,
         largest_chunk_bytes=chunk_bytes,
         n_chunks=N_CHUNKS,
-        rows=rows,
+        max_iter=max_iter,
     )
+    memory["rows"] = [r for r in memory.get("rows", []) if r.get("corpus") != corpus] + rows
     for f in [full, *chunks]:
         f.unlink()
     folder.rmdir()
@@ -307,12 +333,8 @@ def make_large_corpus(n, d, nnz, seed=0, calibrate=True):
     return counts
 
 
-def bench_large(n, d, nnz, out, rounds=5):
-    t = time.perf_counter()
-    X = make_large_corpus(n, d, nnz)
-    build_s = time.perf_counter() - t
-    Xn = check_directional(X)
-    del X
+def bench_large(Xn, build_s, out, rounds=5):
+    n, d = Xn.shape
     rng = np.random.default_rng(1)
     M, R = rng.normal(size=(d, K)), rng.random((n, K))
     args = (np.float64(0.0), np.float64(1e6), np.float64(-1.0), np.int64(10**6))
@@ -392,10 +414,24 @@ def main():
     X, y = make_corpus()
     Xn = check_directional(X)
     out["corpus"] = dict(shape=list(Xn.shape), nnz=int(Xn.nnz))
+    large = []  # the large corpus, built once for the parts that use it
+
+    def large_corpus():
+        if not large:
+            t = time.perf_counter()
+            X = make_large_corpus(n, d, nnz)
+            large.extend([check_directional(X), time.perf_counter() - t])
+        return large
+
+    def memory():
+        out["memory"] = {}
+        bench_memory(MEMORY_CORPUS, Xn, 100, out)
+        bench_memory(LARGE_CORPUS, large_corpus()[0], LARGE_MEMORY_MAX_ITER, out)
+
     for part, run in (
         ("kmeans", lambda: bench_kmeans(Xn, y, out)),
-        ("memory", lambda: bench_memory(Xn, out)),
-        ("large", lambda: bench_large(n, d, nnz, out)),
+        ("memory", memory),
+        ("large", lambda: bench_large(*large_corpus(), out)),
     ):
         if part in opts.parts:
             run()
@@ -540,48 +576,64 @@ def to_markdown(out):
         "",
         f"## Peak memory of a fit, and streaming ({N_CHUNKS} chunks)",
         "",
-        f"Data: {mem['corpus_bytes'] / mb:.1f} MiB of CSR arrays (values float64, int32 "
-        f"indices); parameters K d: {mem['param_bytes'] / mb:.1f} MiB; largest chunk "
-        f"{mem['largest_chunk_bytes'] / mb:.1f} MiB. Measured {out['measured']['memory']}. "
-        "Each fit runs in a fresh subprocess "
-        "(n_init = 1, at most 100 iterations) after a compiling warm-up; the peak RSS "
-        "counter (VmHWM) is reset before the fit, after `malloc_trim(0)` has handed the "
-        "pages glibc kept from the warm-up back to the kernel (runs measured at 2026-11-22 "
-        "04:14 UTC and before did not; the warm-up's freed pages, reused by the fit, hid part "
-        "of its memory, and two such runs differed by up to 1.8x). Fit memory = peak RSS "
-        "minus the process without data (interpreter, JAX, compiled programs); for the "
-        "batch fit this counts the caller's copy of the data. Ratio = fit memory / (data + "
-        "parameters). RSS also counts the freed blocks glibc keeps for reuse; read these as "
-        "rough figures.",
+        f"Measured {out['measured']['memory']}. Each fit runs in a fresh subprocess "
+        "(n_init = 1) after a compiling warm-up; the peak RSS counter (VmHWM) is reset "
+        "before the fit, after `malloc_trim(0)` has handed the pages glibc kept from the "
+        "warm-up back to the kernel. Fit memory = peak RSS minus the process without data "
+        "(interpreter, JAX, compiled programs); for the batch fit this counts the caller's "
+        "copy of the data. Ratio = fit memory / (data + parameters K d). Two allocator "
+        "settings: `default` is glibc as it comes, whose RSS also counts the freed blocks "
+        "it keeps per thread for reuse; `live` sets MALLOC_MMAP_THRESHOLD_="
+        f"{LIVE_MMAP_THRESHOLD} (every freed block of 256 KiB or more goes back to the "
+        "kernel at once), so its peak is the memory the fit really holds at its peak.",
         "",
-        "Memory model of a batch fit (the SparseVMFMixture docstring): the caller's X; the "
-        "normalised copy made by `check_directional` and its temporaries (released before "
-        "EM since this version); one device copy of the CSR arrays (float32 values with "
-        "dtype='mixed'); O(K d) per restart (directions, resultants, the M-step's new "
-        "directions) and O(n K) responsibilities. Transient, and the bulk of the excess: "
-        "each product of the CPU ('scipy') kernel receives its operands, the CSR arrays "
-        "included, as a fresh host copy, and float64 values cross it as bit patterns (one "
-        "more copy); glibc keeps these freed blocks per thread, so the resident set grows "
-        "over the first iterations. Reaching 2x needs the kernel to keep the CSR arrays on "
-        "the host and pass only the dense operands (a change to `_mixture.SparseData`).",
+        "Memory model of a batch fit (the SparseVMFMixture docstring): the caller's X, not "
+        "copied when it is a unit-normalised float64 CSR matrix (`check_directional("
+        "copy=False)` shares its arrays read-only, the CPU 'scipy' kernel keeps them on the "
+        "host and the device holds one handle per block); with dtype='mixed' a float32 copy "
+        "of the values; per restart O(K d) (directions, resultants, the M-step's new "
+        "directions) and O(n K) (log-likelihoods, responsibilities); each data product's "
+        "dense operand and result, copied across the host callback. The O(n K) and O(K d) "
+        "working set is a fixed multiple of (n + d) K, not of nnz: it weighs most where "
+        "(n + d) K is large against nnz (the 20-Newsgroups-size corpus below, where n K "
+        "alone is 0.15 of the data).",
         "",
-        "| fit | data products | fit memory, MiB | ratio | fit, s | total log-likelihood |",
-        "|---|---|---|---|---|---|",
+        "| corpus | shape | nonzeros | data, MiB | K d, MiB | n K, MiB | EM iterations |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, cinfo in mem["corpora"].items():
+        lines.append(
+            f"| {name} | {cinfo['shape'][0]:,} x {cinfo['shape'][1]:,} | {cinfo['nnz']:,} "
+            f"| {cinfo['corpus_bytes'] / mb:.1f} | {cinfo['param_bytes'] / mb:.1f} "
+            f"| {cinfo['responsibility_bytes'] / mb:.1f} | at most {cinfo['max_iter']} |"
+        )
+    lines += [
+        "",
+        "| corpus | fit | data products | allocator | fit memory, MiB | ratio | fit, s "
+        "| total log-likelihood |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in mem["rows"]:
         lines.append(
-            f"| {r['mode']} | {r['dtype']} | {r['fit_memory'] / mb:.1f} | {r['ratio']:.2f} "
-            f"| {r['fit_s']:.1f} | {r['log_likelihood']:.6g} |"
+            f"| {r['corpus']} | {r['mode']} | {r['dtype']} | {r['allocator']} "
+            f"| {r['fit_memory'] / mb:.1f} | {r['ratio']:.2f} | {r['fit_s']:.1f} "
+            f"| {r['log_likelihood']:.6g} |"
         )
-    for dtype in ("mixed", "float64"):
-        b = next(r for r in mem["rows"] if r["mode"] == "batch" and r["dtype"] == dtype)
-        s = next(r for r in mem["rows"] if r["mode"] == "stream" and r["dtype"] == dtype)
-        gap = (b["log_likelihood"] - s["log_likelihood"]) / abs(b["log_likelihood"])
-        lines.append("")
-        lines.append(
-            f"dtype={dtype!r}: (batch - streamed) / |batch| total log-likelihood = "
-            f"{100 * gap:+.3f}% (target: within 1%)."
-        )
+    for corpus in mem["corpora"]:
+        for dtype in ("mixed", "float64"):
+            pick = [
+                r
+                for r in mem["rows"]
+                if (r["corpus"], r["dtype"], r["allocator"]) == (corpus, dtype, "default")
+            ]
+            b = next(r for r in pick if r["mode"] == "batch")
+            s = next(r for r in pick if r["mode"] == "stream")
+            gap = (b["log_likelihood"] - s["log_likelihood"]) / abs(b["log_likelihood"])
+            lines.append("")
+            lines.append(
+                f"{corpus}, dtype={dtype!r}: (batch - streamed) / |batch| total "
+                f"log-likelihood = {100 * gap:+.3f}% (target: within 1%)."
+            )
     lines += [
         "",
         f"## One EM iteration against the floor: {big['shape'][0]:,} x {big['shape'][1]:,}, "
