@@ -170,9 +170,9 @@ class SparseData:
         which is what made a fit's peak memory 8-16x the data before this design.) These
         products *are* the floor of DESIGN.md section 5, so an iteration costs about the
         floor plus the O(nK) elementwise work. Batched (vmapped) right-hand sides are
-        concatenated into one product with B * m columns, so restarts share one pass over
-        the data. Code that reads rows inside a program (collapsed Gibbs) adds device copies
-        of the CSR arrays with :func:`with_device_csr`.
+        concatenated into products of several columns each, so restarts share passes over
+        the data (:data:`PRODUCT_DENSE_BYTES`). Code that reads rows inside a program
+        (collapsed Gibbs) adds device copies of the CSR arrays with :func:`with_device_csr`.
     ``"segment_sum"`` (the default on GPU/TPU, where a host callback would copy)
         One sorted ``segment_sum`` per product: ``X @ M`` over the row-sorted COO arrays
         ``rows``, ``cols``, ``values``, ``X.T @ R`` over the column-sorted copy ``t_rows``,
@@ -265,7 +265,7 @@ _NEXT_HANDLE = iter(range(1, 2**31))
 
 
 class _HostAnchor:
-    """Owns one host CSR block and the memory of its int32 handle (NumPy array interface).
+    """Owns the registry entry of one host CSR block and the memory of its int32 handle.
 
     On CPU, ``jax.device_put`` of a 64-byte-aligned NumPy array aliases its memory instead of
     copying it, and the device buffer keeps the array, and so this anchor, alive until the
@@ -274,8 +274,7 @@ class _HostAnchor:
     :class:`SparseData` it came from has been dropped before the program ran.
     """
 
-    def __init__(self, handle: int, block: sp.csr_matrix):
-        self.block = block
+    def __init__(self, handle: int):
         raw = np.zeros(32, np.int32)
         start = (-raw.ctypes.data % 64) // 4
         self._memory = raw[start : start + 1]
@@ -304,7 +303,7 @@ def register_host_blocks(blocks: list[sp.csr_matrix]) -> tuple[list[np.ndarray],
     handles, anchors = [], []
     for block in blocks:
         handle = next(_NEXT_HANDLE)
-        anchor = _HostAnchor(handle, block)
+        anchor = _HostAnchor(handle)
         _HOST_BLOCKS[handle] = block
         handles.append(np.asarray(anchor))
         anchors.append(anchor)
