@@ -79,9 +79,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
+from jax.experimental import multihost_utils
 from jax.scipy.special import logsumexp
+from jax.sharding import PartitionSpec as P
 
-from bayesvmf import _mixture, special
+from bayesvmf import _mixture, _parallel, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
@@ -497,15 +500,22 @@ def lower_bound(tree: Tree, state: HState, stats: ZStats):
 
 
 def e_step(data, tree: Tree, state: HState) -> ZStats:
-    """Update q(z) (log lam_il of the module docstring); return its statistics."""
+    """Update q(z) (log lam_il of the module docstring); return its statistics.
+
+    ``data`` is plain data or one device's block of :class:`bayesvmf._parallel.RowBlocks`
+    (inside ``shard_map``): padding rows then weigh 0 and the three sums are added over the
+    devices (``psum``).
+    """
     k = state.kappa
-    cos = _mixture.data_dot(data, state.emu[tree.leaves].T)
+    cos = _mixture.data_dot(_parallel.block_data(data), state.emu[tree.leaves].T)
     log_pi = _eb.expected_log_pi(state.rho)
     wlp = log_pi + k.mean_log_c[tree.leaves] + k.mean_kappa[tree.leaves] * cos
     log_lam = wlp - logsumexp(wlp, axis=1, keepdims=True)
     lam = jnp.exp(log_lam)
-    resultant, resp_sum = _mixture.resultants(data, lam)
-    return ZStats(resp_sum, resultant, -jnp.sum(jnp.where(lam > 0, lam * log_lam, 0.0)))
+    weighted = lam * data.row_weight[:, None] if isinstance(data, _parallel.RowBlocks) else lam
+    resultant, resp_sum = _mixture.resultants(_parallel.block_data(data), weighted)
+    entropy = -jnp.sum(jnp.where(lam > 0, weighted * log_lam, 0.0))
+    return ZStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy))
 
 
 def m_part(
@@ -565,18 +575,26 @@ def vi_step(
     iteration starts from the crisp initial assignment and one program serves every
     iteration. Returns the new state, the new q(z) statistics and the bound at (new state,
     old q(z)); the next bound, after the q(z) update and the rest, is never lower.
+
+    With row blocks on a mesh of devices (``devices=``) the step runs under ``shard_map``:
+    every device updates q(z) of its rows and the statistics are added with ``psum``; the
+    rest (identical inputs) runs replicated.
     """
     count_trace("hierarchical.vi_step")
-    state = m_part(
-        rng_key,
-        tree,
-        state,
-        stats,
+    body = functools.partial(
+        _vi_step_body,
         scheme=scheme,
         empirical_bayes=empirical_bayes,
         num_samples=num_samples,
         num_steps=num_steps,
     )
+    return _parallel.map_blocks(body, (rng_key, tree, state, stats), data)
+
+
+def _vi_step_body(args, data, **static):
+    """:func:`vi_step` on plain data or on one device's block of rows."""
+    rng_key, tree, state, stats = args
+    state = m_part(rng_key, tree, state, stats, **static)
     info = HInfo(lower_bound(tree, state, stats), stats.resp_sum)
     return state, e_step(data, tree, state), info
 
@@ -588,10 +606,109 @@ _vi_step = jax.jit(vi_step, static_argnames=_STATIC, compiler_options=_mixture.J
 @functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
 def _leaf_log_predictive(data, psi, gamma, mean_log_kappa, var_log_kappa, log_weights):
     count_trace("hierarchical.predictive")
+    return _leaf_log_predictive_rows((psi, gamma, mean_log_kappa, var_log_kappa, log_weights), data)
+
+
+def _leaf_log_predictive_rows(params, data):
+    """Log E[pi_l] + log p(x_i | leaf l, q) of the rows of plain data or of one block."""
+    psi, gamma, mean_log_kappa, var_log_kappa, log_weights = params
     cos = _mixture.data_dot(data, psi.T)
     return predictive_log_density(data.shape[1], cos, gamma, mean_log_kappa, var_log_kappa) + (
         log_weights
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Rows over devices (devices=): statistics of row blocks, per-row arrays laid out alike
+# --------------------------------------------------------------------------------------------
+
+
+def is_sharded(data) -> bool:
+    """Return whether ``data`` is row blocks on a mesh of devices (outside ``shard_map``)."""
+    return (
+        isinstance(data, _parallel.RowBlocks) and data.mesh is not None and data.axis_name is None
+    )
+
+
+def map_row_blocks(fn, replicated, data, *rows, per_row: bool = False):
+    """:func:`bayesvmf._parallel.map_blocks` with per-row arrays sharded along with the rows.
+
+    Calls ``fn(replicated, data, *rows)``: on row blocks on a mesh, once per device under
+    ``shard_map`` with the view of that device's block and its slice of every array of
+    ``rows`` (laid out by :func:`row_array`); otherwise directly. The outputs are the same
+    on every device (statistics that ``fn`` sums with ``psum``) or, with ``per_row``, one
+    leading entry per row of the block (rows in global order, padding rows included).
+    """
+    if not is_sharded(data):
+        return fn(replicated, data, *rows)
+    n_samples = data.n_samples
+
+    def local(replicated, block, weight, *rows):
+        view = _parallel.RowBlocks(block, weight, n_samples, None, _parallel.AXIS)
+        return fn(replicated, view, *rows)
+
+    return jax.shard_map(
+        local,
+        mesh=data.mesh,
+        in_specs=(P(), P(_parallel.AXIS), P(_parallel.AXIS)) + (P(_parallel.AXIS),) * len(rows),
+        out_specs=P(_parallel.AXIS) if per_row else P(),
+        # the host callback of the "scipy" kernel carries no replication type
+        check_vma=False,
+    )(replicated, data.data, data.row_weight, *rows)
+
+
+def row_array(values, data) -> jax.Array:
+    """Return per-row host ``values`` (n, ...) as a device array laid out like ``data``'s rows.
+
+    For row blocks: padded with zeros to the blocks' rows (the padding rows weigh 0) and
+    sharded over their mesh like the rows; for plain data: the array as it is.
+    """
+    values = np.asarray(values)
+    if not isinstance(data, _parallel.RowBlocks):
+        return jnp.asarray(values)
+    padded = np.zeros((data.row_weight.shape[0], *values.shape[1:]), values.dtype)
+    padded[: values.shape[0]] = values
+    return _parallel.place({"rows": padded}, data.mesh)["rows"]
+
+
+def host_rows(values, data) -> np.ndarray:
+    """Return per-row output of :func:`map_row_blocks` (``per_row``) as a host (n, ...) array."""
+    if is_sharded(data):
+        # every process gets every row (several hosts: shards of other processes too)
+        values = multihost_utils.process_allgather(values, tiled=True)
+    return np.asarray(values)[: data.shape[0]]
+
+
+def fit_data(Xc, devices: list | None):
+    """Return checked data on the device: plain, or one row block per device."""
+    if devices is None:
+        return _mixture.to_device(Xc)
+    return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
+
+
+@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+def _row_sum_blocks(data):
+    """sum_i x_i of row blocks (padding rows weigh 0), added over the devices."""
+    count_trace("hierarchical.row_sum")
+
+    def body(_, data):
+        total = _mixture.data_tdot(data.data, data.row_weight[:, None])[:, 0]
+        return _parallel.sum_over_blocks(data, total)[0]
+
+    return _parallel.map_blocks(body, jnp.zeros(()), data)
+
+
+@functools.partial(jax.jit, static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)
+def _crisp_blocks(data, labels, n_components):
+    """(N_l, r_l) of a crisp assignment of row blocks (labels laid out by row_array)."""
+    count_trace("hierarchical.crisp")
+
+    def body(_, data, labels):
+        resp = jax.nn.one_hot(labels, n_components, dtype=jnp.float64) * data.row_weight[:, None]
+        resultant, resp_sum = _mixture.resultants(data.data, resp)
+        return _parallel.sum_over_blocks(data, resp_sum, resultant)
+
+    return map_row_blocks(body, jnp.zeros(()), data, labels)
 
 
 # --------------------------------------------------------------------------------------------
@@ -649,6 +766,7 @@ SHARED_CONSTRAINTS: dict[str, Any] = {
     "normalize": _mixture.Boolean(),
     "random_state": _mixture.RandomState(),
     "progress_bar": _mixture.Boolean(),
+    "devices": _parallel.DevicesOption(),
 }
 
 
@@ -667,7 +785,10 @@ def resolve_mu0(mu0, mean_direction_of_data, n_features, name="mu0"):
 
 def data_mean_direction(data) -> np.ndarray:
     """Return the direction of sum_i x_i (the first basis vector if it is zero)."""
-    total = np.asarray(_mixture.data_tdot(data, jnp.ones((data.shape[0], 1)))[:, 0])
+    if isinstance(data, _parallel.RowBlocks):
+        total = np.asarray(_row_sum_blocks(data))
+    else:
+        total = np.asarray(_mixture.data_tdot(data, jnp.ones((data.shape[0], 1)))[:, 0])
     norm = np.linalg.norm(total)
     if norm == 0:
         total, norm = np.eye(data.shape[1])[0], 1.0
@@ -681,7 +802,16 @@ def initial_labels(rng_key, data, n_components, init):
 
 
 def host_matrix(data):
-    """Return the device data as a host NumPy array or SciPy CSR matrix (initialisation)."""
+    """Return the data as a host NumPy array or SciPy CSR matrix (initialisation).
+
+    ``data`` is device data (:class:`~bayesvmf._mixture.DenseData` or
+    :class:`~bayesvmf._mixture.SparseData` of one block) or the checked host input itself
+    (an ndarray or a SciPy sparse matrix: what a fit over several devices passes).
+    """
+    if isinstance(data, np.ndarray):
+        return data.astype(np.float64, copy=False)
+    if sp.issparse(data):
+        return sp.csr_matrix(data).astype(np.float64, copy=False)
     if isinstance(data, _mixture.DenseData):
         return np.asarray(data.X, np.float64)
     return _mixture.host_csr(data).astype(np.float64, copy=False)
@@ -704,6 +834,8 @@ def top_down_labels(rng_key, data, parents: np.ndarray, init: str) -> np.ndarray
     spherical k-means++ (``init="spherical-kmeans++"``) or by uniformly drawn rows
     (``"random"``). Sibling leaves then start on nearby data, which a flat seeding does not
     ensure: the variational updates cannot move a cluster across the tree afterwards.
+
+    ``data``: device data of one block, or the checked host matrix (:func:`host_matrix`).
 
     Returns
     -------
@@ -794,6 +926,17 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
     normalize : bool, default True
     random_state : None, int or jax key
     progress_bar : bool, default False
+    devices : None, int or list of jax devices, default None
+        Data-parallel VI (DESIGN.md section 6): the rows of X are split into one equal block
+        per device (``jax.sharding``; padding rows weigh 0); every device computes q(z) of
+        its rows and their statistics (N_l, r_l, the entropy of q(z)), which are added with
+        ``psum``; the updates of q(pi), q(mu_n), q(kappa_n) and empirical Bayes run
+        replicated. The result equals the one-device fit to floating-point accuracy. The
+        top-down initialisation (:func:`top_down_labels`) needs all rows at once and runs
+        on the host, on the checked input; the crisp statistics it starts from are computed
+        on the devices. An int n means the first n of ``jax.devices()``; None is the default
+        device. ``fit`` and ``fit_predict`` shard; ``predict``, ``score_samples`` etc. run
+        on the default device.
 
     Attributes
     ----------
@@ -873,6 +1016,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         normalize: bool = True,
         random_state=None,
         progress_bar: bool = False,
+        devices=None,
     ):
         self.parents = parents
         self.kappa_update = kappa_update
@@ -891,6 +1035,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         self.normalize = normalize
         self.random_state = random_state
         self.progress_bar = progress_bar
+        self.devices = devices
 
     def fit(self, X, y=None) -> HierarchicalVMFMixture:
         """Estimate the variational posterior (without the final prediction of fit_predict).
@@ -905,10 +1050,37 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         self
         """
         self._validate_params()
+        devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
-            self._fit(_mixture.to_device(Xc), _mixture.make_key(self.random_state))
+            self._fit(fit_data(Xc, devices), _mixture.make_key(self.random_state), host=Xc)
         return self
+
+    def fit_predict(self, X, y=None) -> np.ndarray:
+        """Fit the model and return the most probable leaf of each row (``fit(X).predict(X)``).
+
+        With ``devices`` the rows are sharded over the devices for the fit and this final
+        assignment (see the class docstring).
+
+        Parameters
+        ----------
+        X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
+        y : ignored
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        if self.devices is None:
+            return super().fit_predict(X)
+        self._validate_params()
+        devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
+        Xc = self._check_input(X, reset=True)
+        with jax.enable_x64(True):
+            data = fit_data(Xc, devices)
+            self._fit(data, _mixture.make_key(self.random_state), host=Xc)
+            rows = _parallel.map_rows(_leaf_log_predictive_rows, self._predictive_params(), data)
+            return np.argmax(rows, axis=1)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Return the constructor arguments; array ``parents``/``mu0`` as lists.
@@ -942,7 +1114,12 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
 
     # ---- fitting ----------------------------------------------------------------------------
 
-    def _fit(self, data, rng_key) -> None:
+    def _fit(self, data, rng_key, host=None) -> None:
+        """Fit to device data (plain, or row blocks over devices).
+
+        ``host``: the checked input on the host, for the top-down initialisation (needed with
+        row blocks; by default read back from plain device data).
+        """
         parents = check_parents(self.parents)
         tree = make_tree(parents)
         n, d = data.shape
@@ -957,7 +1134,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         best = None
         for r, run_key in enumerate(jax.random.split(rng_key, self.n_init)):
             init_key, loop_key = jax.random.split(run_key)
-            labels = top_down_labels(init_key, data, parents, self.init)
+            labels = top_down_labels(init_key, data if host is None else host, parents, self.init)
             stats = _crisp(data, labels, L)
             state = initial_state(tree, parents, d, stats, mu0, self)
             bounds, converged = [], False
@@ -1007,18 +1184,21 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
 
     # ---- prediction -------------------------------------------------------------------------
 
+    def _predictive_params(self) -> tuple:
+        """Return the leaves' q(mu), q(kappa) and log E[pi] as float64 arrays (inside x64)."""
+        leaves = self.leaves_
+        return (
+            jnp.asarray(self.mean_directions_, jnp.float64),
+            jnp.asarray(self.node_mean_concentrations_[leaves], jnp.float64),
+            jnp.asarray(self.node_log_kappa_mean_[leaves], jnp.float64),
+            jnp.asarray(self.node_log_kappa_var_[leaves], jnp.float64),
+            jnp.log(jnp.asarray(self.weights_, jnp.float64)),
+        )
+
     def _estimate_weighted_log_prob(self, data) -> jax.Array:
         """Return log E[pi_l] + log p(x_i | leaf l, q) (closed form, see score_samples)."""
-        leaves = self.leaves_
         with jax.enable_x64(True):
-            return _leaf_log_predictive(
-                data,
-                jnp.asarray(self.mean_directions_, jnp.float64),
-                jnp.asarray(self.node_mean_concentrations_[leaves], jnp.float64),
-                jnp.asarray(self.node_log_kappa_mean_[leaves], jnp.float64),
-                jnp.asarray(self.node_log_kappa_var_[leaves], jnp.float64),
-                jnp.log(jnp.asarray(self.weights_, jnp.float64)),
-            )
+            return _leaf_log_predictive(data, *self._predictive_params())
 
     def score_samples(self, X) -> np.ndarray:
         r"""Return the held-out log posterior predictive density of each row.
@@ -1115,7 +1295,10 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
 
 
 def _crisp(data, labels, n_components) -> ZStats:
-    """q(z) statistics of a crisp assignment (entropy 0)."""
+    """q(z) statistics of a crisp assignment (entropy 0); ``labels`` a host array (n,)."""
+    if isinstance(data, _parallel.RowBlocks):
+        resp_sum, resultant = _crisp_blocks(data, row_array(labels, data), int(n_components))
+        return ZStats(resp_sum, resultant, jnp.float64(0.0))
     resp = jax.nn.one_hot(jnp.asarray(labels), n_components, dtype=jnp.float64)
     resultant, resp_sum = _mixture.resultants(data, resp)
     return ZStats(resp_sum, resultant, jnp.float64(0.0))

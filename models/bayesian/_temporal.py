@@ -70,6 +70,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import Any, NamedTuple
 
@@ -78,7 +79,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from bayesvmf import _mixture, special
+from bayesvmf import _mixture, _parallel, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _hierarchical as _h
@@ -237,19 +238,34 @@ def _row_cosines(data, times, M):
     return jnp.take_along_axis(cos, times[:, None, None], axis=1)[:, 0, :]
 
 
+def _statistics(data, times, lam, n_times: int, log_lam=None) -> TStats:
+    """N_tk, r_tk and H[q(z)] (0 without ``log_lam``: a crisp q(z)) of the rows' lam (n, K).
+
+    ``data`` is plain data or one device's block of :class:`bayesvmf._parallel.RowBlocks`
+    (inside ``shard_map``, ``times`` its slice): padding rows weigh 0, so they touch no
+    time step's statistics, and the sums are added over the devices (``psum``).
+    """
+    n_comp = lam.shape[1]
+    weighted = lam * data.row_weight[:, None] if isinstance(data, _parallel.RowBlocks) else lam
+    rows = _parallel.block_data(data)
+    onehot = _time_onehot(times, n_times)
+    spread = (onehot[:, :, None] * weighted[:, None, :]).reshape(-1, n_times * n_comp)
+    resultant = _mixture.data_tdot(rows, spread).T.reshape(n_times, n_comp, rows.shape[1])
+    resp_sum = onehot.T @ weighted
+    if log_lam is None:
+        entropy = jnp.zeros((), jnp.float64)
+    else:
+        entropy = -jnp.sum(jnp.where(lam > 0, weighted * log_lam, 0.0))
+    return TStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy))
+
+
 def e_step(data, times, state: TState) -> TStats:
-    """Update q(z); return N_tk, r_tk and H[q(z)]."""
-    n_times, n_comp, d = state.psi.shape
+    """Update q(z); return N_tk, r_tk and H[q(z)] (plain data or a block, :func:`_statistics`)."""
     k = state.kappa
-    cos = _row_cosines(data, times, state.emu)
+    cos = _row_cosines(_parallel.block_data(data), times, state.emu)
     wlp = _eb.expected_log_pi(state.rho) + k.mean_log_c + k.mean_kappa * cos
     log_lam = wlp - logsumexp(wlp, axis=1, keepdims=True)
-    lam = jnp.exp(log_lam)
-    onehot = _time_onehot(times, n_times)
-    spread = (onehot[:, :, None] * lam[:, None, :]).reshape(-1, n_times * n_comp)
-    resultant = _mixture.data_tdot(data, spread).T.reshape(n_times, n_comp, d)
-    resp_sum = onehot.T @ lam
-    return TStats(resp_sum, resultant, -jnp.sum(jnp.where(lam > 0, lam * log_lam, 0.0)))
+    return _statistics(data, times, jnp.exp(log_lam), state.psi.shape[0], log_lam)
 
 
 def m_part(
@@ -297,22 +313,55 @@ def vi_step(
     num_samples,
     num_steps,
 ):
-    """One VI iteration (as in H-vMFmix: the q(z) update closes it)."""
+    """One VI iteration (as in H-vMFmix: the q(z) update closes it).
+
+    With row blocks on a mesh of devices (``devices=``; ``times`` laid out like the rows by
+    :func:`._hierarchical.row_array`) the step runs under ``shard_map``: every device
+    updates q(z) of its rows, the statistics are added with ``psum``, the rest runs
+    replicated.
+    """
     count_trace("temporal.vi_step")
-    state = m_part(
-        rng_key,
-        state,
-        stats,
+    body = functools.partial(
+        _vi_step_body,
         scheme=scheme,
         empirical_bayes=empirical_bayes,
         num_samples=num_samples,
         num_steps=num_steps,
     )
+    return _h.map_row_blocks(body, (rng_key, state, stats), data, times)
+
+
+def _vi_step_body(args, data, times, **static):
+    """:func:`vi_step` on plain data or on one device's block of rows."""
+    rng_key, state, stats = args
+    state = m_part(rng_key, state, stats, **static)
     info = TInfo(lower_bound(state, stats), stats.resp_sum.sum(axis=0))
     return state, e_step(data, times, state), info
 
 
 _vi_step = jax.jit(vi_step, static_argnames=_h._STATIC, compiler_options=_mixture.JIT_OPTIONS)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("n_times", "n_components", "init"),
+    compiler_options=_mixture.JIT_OPTIONS,
+)
+def _initial_statistics(rng_key, data, times, *, n_times: int, n_components: int, init: str):
+    """TStats of the crisp initial assignment: every row to its closest seed by cosine.
+
+    The seeds are K random rows or spherical k-means++ seeds (the same draws on row blocks,
+    :data:`bayesvmf._parallel.INIT_METHODS`); each device assigns its own rows.
+    """
+    count_trace("temporal.initial_statistics")
+
+    def body(rng_key, data, times):
+        mu = _parallel.INIT_METHODS[init](rng_key, data, n_components)
+        labels = jnp.argmax(_mixture.data_dot(_parallel.block_data(data), mu.T), axis=1)
+        lam = jax.nn.one_hot(labels, n_components, dtype=jnp.float64)
+        return _statistics(data, times, lam, n_times)
+
+    return _h.map_row_blocks(body, rng_key, data, times)
 
 
 def forecast_concentration(d: int, gamma, C0, horizon):
@@ -347,6 +396,16 @@ def _log_predictive(data, times, psi, gamma, mean_log_kappa, var_log_kappa, log_
 _log_predictive_jit = jax.jit(_log_predictive, compiler_options=_mixture.JIT_OPTIONS)
 
 
+@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+def _log_predictive_blocks(data, times, params):
+    """:func:`_log_predictive` of the rows of row blocks, each device its rows (padded)."""
+
+    def body(params, data, times):
+        return _log_predictive(data.data, times, *params)
+
+    return _h.map_row_blocks(body, params, data, times, per_row=True)
+
+
 class TemporalVMFMixture(_mixture.BaseVMFMixture):
     r"""Temporal Bayesian vMF mixture (T-vMFmix, section 3.3 of [1]_), mean-field VI.
 
@@ -375,6 +434,16 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     init, n_init, max_iter, tol, kappa_num_samples, kappa_num_steps, normalize,
     random_state, progress_bar
         As in :class:`._hierarchical.HierarchicalVMFMixture`.
+    devices : None, int or list of jax devices, default None
+        Data-parallel VI (DESIGN.md section 6): the rows of X and their time indices are
+        split into one equal block per device (``jax.sharding``; padding rows weigh 0 and
+        touch no time step); every device computes q(z) of its rows and their statistics
+        (N_tk, r_tk, the entropy of q(z)), which are added with ``psum``; the initial seeds
+        are drawn as on one device and each device assigns its own rows; the updates of
+        q(pi), q(mu_tk), q(kappa_k) and empirical Bayes run replicated. The result equals
+        the one-device fit to floating-point accuracy. An int n means the first n of
+        ``jax.devices()``; None is the default device. ``fit`` and ``fit_predict`` shard;
+        ``predict``, ``score_samples`` etc. run on the default device.
 
     Attributes
     ----------
@@ -452,6 +521,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         normalize: bool = True,
         random_state=None,
         progress_bar: bool = False,
+        devices=None,
     ):
         self.n_components = n_components
         self.C0 = C0
@@ -470,6 +540,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         self.normalize = normalize
         self.random_state = random_state
         self.progress_bar = progress_bar
+        self.devices = devices
 
     def _validate_params(self) -> None:
         super()._validate_params()
@@ -500,10 +571,11 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         self
         """
         self._validate_params()
+        devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
         t = check_times(times, Xc.shape[0])
         with jax.enable_x64(True):
-            self._fit_times(_mixture.to_device(Xc), t, _mixture.make_key(self.random_state))
+            self._fit_times(_h.fit_data(Xc, devices), t, _mixture.make_key(self.random_state))
         return self
 
     def fit_predict(self, X, times) -> np.ndarray:
@@ -519,19 +591,22 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         ndarray of shape (n_samples,)
         """
         self._validate_params()
+        devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
         t = check_times(times, Xc.shape[0])
         with jax.enable_x64(True):
-            data = _mixture.to_device(Xc)
+            data = _h.fit_data(Xc, devices)
             self._fit_times(data, t, _mixture.make_key(self.random_state))
-            wlp = self._weighted(data, t)
-            return np.asarray(jnp.argmax(wlp, axis=1))
+            if devices is None:
+                return np.asarray(jnp.argmax(self._weighted(data, t), axis=1))
+            wlp = _log_predictive_blocks(data, _h.row_array(t, data), self._predictive_params())
+            return np.argmax(_h.host_rows(wlp, data), axis=1)
 
     def _fit_times(self, data, times, rng_key) -> None:
         n, d = data.shape
         K = int(self.n_components)
         n_times = int(times.max()) + 1
-        t_dev = jnp.asarray(times)
+        t_dev = _h.row_array(times, data)  # sharded with the rows over devices
         mu0 = _h.resolve_mu0(self.mu0, _h.data_mean_direction(data), d)
         static = dict(
             scheme=self.kappa_update,
@@ -539,15 +614,12 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             num_samples=int(self.kappa_num_samples),
             num_steps=int(self.kappa_num_steps),
         )
-        onehot_t = _time_onehot(t_dev, n_times)
         best = None
         for r, run_key in enumerate(jax.random.split(rng_key, self.n_init)):
             init_key, loop_key = jax.random.split(run_key)
-            labels = _h.initial_labels(init_key, data, K, self.init)
-            lam = jax.nn.one_hot(jnp.asarray(labels), K, dtype=jnp.float64)
-            spread = (onehot_t[:, :, None] * lam[:, None, :]).reshape(n, n_times * K)
-            resultant = _mixture.data_tdot(data, spread).T.reshape(n_times, K, d)
-            stats = TStats(onehot_t.T @ lam, resultant, jnp.float64(0.0))
+            stats = _initial_statistics(
+                init_key, data, t_dev, n_times=n_times, n_components=K, init=self.init
+            )
             state = self._initial_state(stats, mu0, d)
             bounds, converged = [], False
             bar = _h.progress(self.progress_bar, self.max_iter, f"T-vMFmix VI {r + 1}")
@@ -625,18 +697,20 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
     # ---- prediction -------------------------------------------------------------------------
 
+    def _predictive_params(self) -> tuple:
+        """Return q(mu_tk), q(kappa_k), log E[pi_k] and C0 as float64 arrays (inside x64)."""
+        return (
+            jnp.asarray(self.time_mean_directions_, jnp.float64),
+            jnp.asarray(self.time_mean_concentrations_, jnp.float64),
+            jnp.asarray(self.log_kappa_mean_, jnp.float64),
+            jnp.asarray(self.log_kappa_var_, jnp.float64),
+            jnp.log(jnp.asarray(self.weights_, jnp.float64)),
+            jnp.float64(self.C0_),
+        )
+
     def _weighted(self, data, times) -> jax.Array:
         with jax.enable_x64(True):
-            return _log_predictive_jit(
-                data,
-                jnp.asarray(times),
-                jnp.asarray(self.time_mean_directions_, jnp.float64),
-                jnp.asarray(self.time_mean_concentrations_, jnp.float64),
-                jnp.asarray(self.log_kappa_mean_, jnp.float64),
-                jnp.asarray(self.log_kappa_var_, jnp.float64),
-                jnp.log(jnp.asarray(self.weights_, jnp.float64)),
-                jnp.float64(self.C0_),
-            )
+            return _log_predictive_jit(data, jnp.asarray(times), *self._predictive_params())
 
     def _data_times(self, X, times):
         data = self._device_data(X)
