@@ -34,13 +34,15 @@ References
 .. [2] A. Banerjee, I. S. Dhillon, J. Ghosh and S. Sra, "Clustering on the unit hypersphere
    using von Mises-Fisher distributions", JMLR 6 (2005) 1345-1382.
 .. [3] D. Arthur and S. Vassilvitskii, "k-means++: the advantages of careful seeding",
-   SODA 2007 (here with the cosine dissimilarity 1 - x.mu of spherical k-means).
+   SODA 2007 (here with the cosine dissimilarity 1 - x.mu of spherical k-means; its
+   section 5 suggests the greedy variant with several candidates per seed).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import math
 import numbers
 import warnings
 import weakref
@@ -742,23 +744,66 @@ def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
     return _rows(data, idx)
 
 
-def init_spherical_kmeanspp(rng_key, data, n_components: int) -> jax.Array:
+def greedy_trials(n_components: int) -> int:
+    """Candidates per seed of greedy k-means++: 2 + floor(ln K), as in scikit-learn."""
+    return 2 + int(math.log(n_components))
+
+
+def kmeanspp_pick(rng_key, best, n_local_trials: int, select, cosines):
+    """Draw the next k-means++ seed; return it and the rows' new best cosines.
+
+    Candidates are drawn with probability proportional to the dissimilarity 1 - best of each
+    row to its closest seed so far (uniformly when every row is a seed); with several
+    candidates (greedy k-means++ [3]_, section 5), the one leaving the smallest total
+    dissimilarity is kept. With one, the draws are those of plain k-means++.
+
+    Parameters
+    ----------
+    rng_key : jax.Array
+    best : jax.Array of shape (n_samples,)
+        Largest cosine of each row to the seeds so far.
+    n_local_trials : int
+        Candidates per seed (static).
+    select : callable
+        ``select(idx)`` returns the rows ``idx`` as a dense (m, d) array.
+    cosines : callable
+        ``cosines(rows)`` returns X @ rows.T of shape (n_samples, m).
+    """
+    dissim = jnp.clip(1.0 - best, 0.0, None)
+    logits = jnp.where(dissim.sum() > 0, jnp.log(dissim), jnp.zeros_like(dissim))
+    if n_local_trials == 1:
+        idx = jax.random.categorical(rng_key, logits)[None]
+    else:
+        idx = jax.random.categorical(rng_key, logits, shape=(n_local_trials,))
+    rows = select(idx)
+    candidates = jnp.maximum(best[:, None], cosines(rows))
+    pick = 0 if n_local_trials == 1 else jnp.argmin(jnp.sum(1.0 - candidates, axis=0))
+    return rows[pick], candidates[:, pick]
+
+
+def init_spherical_kmeanspp(
+    rng_key, data, n_components: int, n_local_trials: int | None = 1
+) -> jax.Array:
     """Seed mean directions by spherical k-means++ ([3]_, cosine dissimilarity 1 - x.mu).
 
     The first seed is a uniform row; each next seed is a row drawn with probability
-    proportional to its dissimilarity to the closest seed so far.
+    proportional to its dissimilarity to the closest seed so far (:func:`kmeanspp_pick`).
 
     Parameters
     ----------
     rng_key : jax.Array
     data : DenseData or SparseData
     n_components : int
+    n_local_trials : int or None, default 1
+        Candidates per seed, the best kept (greedy k-means++); None means
+        :func:`greedy_trials`, 2 + floor(ln K).
 
     Returns
     -------
     mu : jax.Array of shape (n_components, n_features)
     """
     n, d = data.shape
+    trials = greedy_trials(n_components) if n_local_trials is None else int(n_local_trials)
     keys = jax.random.split(rng_key, n_components)
     first = jax.random.randint(keys[0], (), 0, n)
     mu0 = _rows(data, first[None])
@@ -767,20 +812,21 @@ def init_spherical_kmeanspp(rng_key, data, n_components: int) -> jax.Array:
 
     def body(k, carry):
         mu, best = carry
-        dissim = jnp.clip(1.0 - best, 0.0, None)
-        # all rows equal to a seed: fall back to uniform draws
-        logits = jnp.where(dissim.sum() > 0, jnp.log(dissim), jnp.zeros_like(dissim))
-        idx = jax.random.categorical(keys[k], logits)
-        row = _rows(data, idx[None])
-        mu = mu.at[k].set(row[0])
-        best = jnp.maximum(best, data_dot(data, row.T)[:, 0])
-        return mu, best
+        row, best = kmeanspp_pick(
+            keys[k], best, trials, lambda idx: _rows(data, idx), lambda r: data_dot(data, r.T)
+        )
+        return mu.at[k].set(row), best
 
     mu, _ = jax.lax.fori_loop(1, n_components, body, (mu, best))
     return mu
 
 
-INIT_METHODS = {"random": init_random_rows, "spherical-kmeans++": init_spherical_kmeanspp}
+#: Seeding methods by name (the ``init`` options of the estimators).
+INIT_METHODS = {
+    "random": init_random_rows,
+    "spherical-kmeans++": init_spherical_kmeanspp,
+    "greedy-spherical-kmeans++": functools.partial(init_spherical_kmeanspp, n_local_trials=None),
+}
 
 
 def crisp_statistics(data, mu: jax.Array):

@@ -487,15 +487,18 @@ def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
     return select_rows(data, idx)
 
 
-def init_spherical_kmeanspp(rng_key, data, n_components: int) -> jax.Array:
+def init_spherical_kmeanspp(
+    rng_key, data, n_components: int, n_local_trials: int | None = 1
+) -> jax.Array:
     """:func:`bayesvmf._mixture.init_spherical_kmeanspp` for plain or blocked data.
 
-    The same keys and draws as on one device: the dissimilarities of all rows are gathered
-    (O(n) per seed) so that every device draws the same seed.
+    The same keys and draws as on one device: the cosines of all rows to the candidates are
+    gathered (O(n) per candidate) so that every device draws and keeps the same seed.
     """
     if not isinstance(data, RowBlocks):
-        return _mixture.init_spherical_kmeanspp(rng_key, data, n_components)
+        return _mixture.init_spherical_kmeanspp(rng_key, data, n_components, n_local_trials)
     d = data.shape[1]
+    trials = _mixture.greedy_trials(n_components) if n_local_trials is None else int(n_local_trials)
     keys = jax.random.split(rng_key, n_components)
     first = jax.random.randint(keys[0], (), 0, data.n_samples)
     mu0 = select_rows(data, first[None])
@@ -504,19 +507,25 @@ def init_spherical_kmeanspp(rng_key, data, n_components: int) -> jax.Array:
 
     def body(k, carry):
         mu, best = carry
-        dissim = jnp.clip(1.0 - best, 0.0, None)
-        logits = jnp.where(dissim.sum() > 0, jnp.log(dissim), jnp.zeros_like(dissim))
-        idx = jax.random.categorical(keys[k], logits)
-        row = select_rows(data, idx[None])
-        mu = mu.at[k].set(row[0])
-        cos = _gather_rows(data, _mixture.data_dot(data.data, row.T)[:, 0])
-        return mu, jnp.maximum(best, cos)
+        row, best = _mixture.kmeanspp_pick(
+            keys[k],
+            best,
+            trials,
+            lambda idx: select_rows(data, idx),
+            lambda rows: _gather_rows(data, _mixture.data_dot(data.data, rows.T)),
+        )
+        return mu.at[k].set(row), best
 
     mu, _ = jax.lax.fori_loop(1, n_components, body, (mu, best))
     return mu
 
 
-INIT_METHODS = {"random": init_random_rows, "spherical-kmeans++": init_spherical_kmeanspp}
+#: Seeding methods by name, for plain or blocked data (:data:`bayesvmf._mixture.INIT_METHODS`).
+INIT_METHODS = {
+    "random": init_random_rows,
+    "spherical-kmeans++": init_spherical_kmeanspp,
+    "greedy-spherical-kmeans++": functools.partial(init_spherical_kmeanspp, n_local_trials=None),
+}
 
 
 def weighted_log_prob(data: RowBlocks, log_weights, mu, kappa) -> np.ndarray:

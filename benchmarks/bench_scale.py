@@ -59,7 +59,7 @@ def data_bytes(X):
 
 
 KMEANS_SEEDS = (0, 1, 2)  # the first fit of each configuration compiles (JAX) or warms up
-SPARSE_INITS = ("random", "spherical-kmeans++")
+SPARSE_INITS = ("random", "spherical-kmeans++", "greedy-spherical-kmeans++")
 
 
 def kmeanspp_one_trial(X, n_clusters, random_state):
@@ -458,8 +458,10 @@ def kmeans_markdown(km, measured):
         "SparseVMFMixture: beta = 0 (the classical vMF mixture), free kappa, default tol "
         "1e-6 on the change of the penalised log-likelihood per row (about 9.9e4 per row "
         "here, so a relative 1e-11). Seeds: 'random' (Algorithm 4 of the paper, K distinct "
-        "rows; the default) and 'spherical-kmeans++' (k-means++ on the cosine "
-        "dissimilarity, one candidate per seed). The restarts run side by side: an EM step "
+        "rows; the default), 'spherical-kmeans++' (k-means++ on the cosine "
+        "dissimilarity, one candidate per seed) and 'greedy-spherical-kmeans++' (the best "
+        "of 2 + floor(ln K) candidates per seed, as sklearn's default). The restarts run "
+        "side by side: an EM step "
         "is one data pass of the batch (the two products, K columns per restart); restarts "
         "that have stopped leave the batch (4, then 2, then 1 restarts; each size compiles "
         "once), so a fit takes as many steps as its slowest restart plus one, and each step "

@@ -157,7 +157,7 @@ def summarise(results: dict[str, dict], runs: list[dict]) -> str:
         )
 
     km_s, km_ari = mean_fit("sklearn KMeans", "k-means++", "float64")
-    for init in ("random", "spherical-kmeans++"):
+    for init in ("random", "spherical-kmeans++", "greedy-spherical-kmeans++"):
         for dtype in ("mixed", "float64"):
             t, ari = mean_fit("SparseVMFMixture", init, dtype)
             if t is None or km_s is None:

@@ -692,12 +692,15 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         Maximal number of EM iterations per run.
     tol : float, default 1e-6
         Convergence threshold on the change of the penalised log-likelihood per row.
-    init : {"random", "spherical-kmeans++"} or array of int of shape (n_samples,), default "random"
-        "random" is Algorithm 4 of [1]_ (K distinct rows, crisp assignment); the other seeds
-        by spherical k-means++. An array of labels in ``[0, K)`` (every component used)
-        starts EM from that partition (its M-step, see :func:`init_state_from_labels`), so
-        that several estimators can start from the same assignments; ``n_init`` is then
-        ignored (one run).
+    init : str or array of int of shape (n_samples,), default "random"
+        "random" is Algorithm 4 of [1]_ (K distinct rows, crisp assignment);
+        "spherical-kmeans++" seeds by k-means++ on the cosine dissimilarity;
+        "greedy-spherical-kmeans++" keeps the best of 2 + floor(ln K) candidates per seed
+        (the seeding of scikit-learn's KMeans; benchmarks/results/scale.md compares them).
+        An array of labels in ``[0, K)`` (every component used) starts EM from that
+        partition (its M-step, see :func:`init_state_from_labels`), so that several
+        estimators can start from the same assignments; ``n_init`` is then ignored (one
+        run).
     kappa_max : float, default 1e6
         Concentration cap (appendix B of [1]_); reaching it marks the run as collapsed.
     normalize : bool, default True
@@ -776,7 +779,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         **_mixture.BaseVMFMixture._parameter_constraints,
         "beta": _mixture.Interval(float, 0.0, None),
         "shared_kappa": _mixture.Boolean(),
-        "init": _InitOption(("random", "spherical-kmeans++")),
+        "init": _InitOption(tuple(_mixture.INIT_METHODS)),
         "kappa_max": _mixture.Interval(float, 0.0, None, low_open=True),
         "dtype": _mixture.Options(("float64", "mixed")),
         "devices": _parallel.DevicesOption(),
@@ -882,7 +885,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         if not isinstance(self.init, str):
             raise ValueError(
                 "init as an array of labels cannot be combined with devices= or partial_fit; "
-                "use init='random' or 'spherical-kmeans++' there."
+                "use init='random', 'spherical-kmeans++' or 'greedy-spherical-kmeans++' there."
             )
         devices = _parallel.resolve_devices(self.devices)
         return _parallel.row_blocks(Xc, self._product_dtype(), devices=devices, bucket=bucket)

@@ -147,12 +147,37 @@ def test_crisp_statistics_assign_to_closest_seed(X):
     np.testing.assert_array_equal(resp_sum, onehot.sum(axis=0))
 
 
-def test_kmeanspp_seeds_are_distinct_rows(X):
-    for mu in _seeds(_mixture.init_spherical_kmeanspp, _all_data(X)["scipy"]):
+@pytest.mark.parametrize("method", ["spherical-kmeans++", "greedy-spherical-kmeans++"])
+def test_kmeanspp_seeds_are_distinct_rows(X, method):
+    for mu in _seeds(_mixture.INIT_METHODS[method], _all_data(X)["scipy"]):
         match = np.all(np.isclose(mu[:, None, :], X[None], atol=1e-14), axis=-1)
         assert (match.sum(axis=1) >= 1).all()
         # distinct directions: a seed equal to an earlier one has dissimilarity 0, weight 0
         assert np.all(np.abs(mu @ mu.T - np.eye(K)).max(axis=1) < 1 - 1e-12)
+
+
+def test_greedy_kmeanspp_leaves_less_dissimilarity():
+    """Greedy k-means++ keeps, at every seed, the candidate of least total dissimilarity
+    sum_i (1 - max_k x_i.mu_k): over 20 keys its seeds leave less than plain k-means++'s,
+    and one candidate per seed is plain k-means++ itself (the same draws)."""
+    rng = np.random.default_rng(4)
+    centres = rng.normal(size=(6, 12))
+    A = np.abs(centres[rng.integers(0, 6, 300)] + 0.5 * rng.normal(size=(300, 12)))
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    with jax.enable_x64(True):
+        data = _mixture.to_device(sp.csr_matrix(A), kernel="scipy")
+        keys = jax.random.split(jax.random.key(1), 20)
+
+        def loss(init):
+            mu = np.asarray(jax.jit(jax.vmap(lambda k: init(k, data, 6)))(keys))
+            return np.sum(1.0 - np.max(np.einsum("nd,bkd->bnk", A, mu), axis=2), axis=1)
+
+        plain = loss(_mixture.INIT_METHODS["spherical-kmeans++"])
+        greedy = loss(_mixture.INIT_METHODS["greedy-spherical-kmeans++"])
+        one = loss(lambda k, data, n: _mixture.init_spherical_kmeanspp(k, data, n, 1))
+    assert _mixture.greedy_trials(6) == 3 and _mixture.greedy_trials(20) == 4
+    np.testing.assert_array_equal(one, plain)
+    assert greedy.mean() < 0.9 * plain.mean() and np.median(greedy) < np.median(plain)
 
 
 def test_kmeanspp_falls_back_when_all_rows_equal():

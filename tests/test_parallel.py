@@ -179,7 +179,8 @@ def test_sharded_fits_do_not_recompile(two_devices):
 @pytest.mark.parametrize("layout", ["dense", "scipy", "segment_sum"])
 def test_sharded_statistics_and_seeds_equal_one_device(two_devices, layout):
     one, two = two_devices[layout]["one"], two_devices[layout]["two"]
-    assert len(one) == len(two) == 7  # r, N, log-lik; crisp r, N; two seed sets
+    # r, N, log-lik; crisp r, N; one seed set per init method (random, k-means++, greedy)
+    assert len(one) == len(two) == 5 + len(_parallel.INIT_METHODS) == 8
     for a, b in zip(one, two, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
     assert np.asarray(one[1]).sum() == pytest.approx(101)  # padding rows carry no weight

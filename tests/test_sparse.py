@@ -319,7 +319,7 @@ def _bad(rng):
             lambda X: X,
             {"init": "kmeans"},
             "SparseVMFMixture: parameter 'init' must be one of 'random', "
-            "'spherical-kmeans++'; got 'kmeans'.",
+            "'spherical-kmeans++', 'greedy-spherical-kmeans++'; got 'kmeans'.",
         ),
     ],
 )
