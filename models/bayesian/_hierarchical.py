@@ -915,7 +915,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         Seeds of the initial crisp assignment to the leaves, made top down along the tree
         (:func:`top_down_labels`).
     n_init : int, default 1
-        Restarts; the best final bound is kept.
+        Restarts; the first whose final bound is within ``tol * n_samples`` of the best is
+        kept (:func:`bayesvmf._mixture.best_run`).
     max_iter : int, default 100
     tol : float, default 1e-6
         Convergence when the bound changes by less than ``tol * n_samples``.
@@ -1131,7 +1132,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             num_samples=int(self.kappa_num_samples),
             num_steps=int(self.kappa_num_steps),
         )
-        best = None
+        runs = []
         for r, run_key in enumerate(jax.random.split(rng_key, self.n_init)):
             init_key, loop_key = jax.random.split(run_key)
             labels = top_down_labels(init_key, data if host is None else host, parents, self.init)
@@ -1149,9 +1150,12 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
                     break
             if bar is not None:
                 bar.close()
-            if best is None or bounds[-1] > best[1][-1]:
-                best = (state, bounds, converged)
-        state, bounds, converged = best
+            runs.append((state, bounds, converged))
+        # the first restart within tol of the best: restarts that reach one optimum tie to
+        # rounding, which must not decide between them (one device or several)
+        state, bounds, converged = runs[
+            _mixture.best_run([run[1][-1] for run in runs], self.tol * n)
+        ]
         if not converged:
             warn_not_converged(type(self).__name__, self.n_init, self.max_iter, bounds, n, self.tol)
         self._store(state, parents, bounds, converged)

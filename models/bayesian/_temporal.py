@@ -614,7 +614,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             num_samples=int(self.kappa_num_samples),
             num_steps=int(self.kappa_num_steps),
         )
-        best = None
+        runs = []
         for r, run_key in enumerate(jax.random.split(rng_key, self.n_init)):
             init_key, loop_key = jax.random.split(run_key)
             stats = _initial_statistics(
@@ -633,9 +633,12 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
                     break
             if bar is not None:
                 bar.close()
-            if best is None or bounds[-1] > best[1][-1]:
-                best = (state, bounds, converged)
-        state, bounds, converged = best
+            runs.append((state, bounds, converged))
+        # the first restart within tol of the best: restarts that reach one optimum tie to
+        # rounding, which must not decide between them (one device or several)
+        state, bounds, converged = runs[
+            _mixture.best_run([run[1][-1] for run in runs], self.tol * n)
+        ]
         if not converged:
             _h.warn_not_converged(
                 type(self).__name__, self.n_init, self.max_iter, bounds, n, self.tol
