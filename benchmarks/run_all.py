@@ -229,9 +229,12 @@ def summarise(results: dict[str, dict], runs: list[dict]) -> str:
         "with the live "
         "allocator); glibc's default allocator adds the freed blocks it keeps per thread.",
         "- Not measured by a benchmark: no recompilation across iterations, restarts and "
-        "calls (tests with `_mixture.count_trace`), sharded fits equal to one-device fits "
-        "(tests/test_parallel.py: SparseVMFMixture, BayesianVMFMixture VI and "
-        "DirichletVMFMixture; the other estimators have no devices=).",
+        "calls with the same shapes (tests with `_mixture.count_trace`; on large data the "
+        "sparse EM compiles its step once more for each smaller batch of running "
+        "restarts), sharded fits equal to one-device fits (tests/test_parallel.py: "
+        "SparseVMFMixture, BayesianVMFMixture VI, DirichletVMFMixture, "
+        "HierarchicalVMFMixture and TemporalVMFMixture; collapsed Gibbs and KMLEMixture run "
+        "on one device).",
         "- Results files without a target here: "
         + (
             ", ".join(
