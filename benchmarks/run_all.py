@@ -109,10 +109,12 @@ def summarise(results: dict[str, dict], runs: list[dict]) -> str:
         rows.append(
             (
                 f"peak memory <= {MEMORY_TARGET}x (data + K d)",
-                f"scale.json: memory, {r['corpus']}, {r['mode']} fit, dtype={r['dtype']}, "
+                f"scale.json: memory, {r['corpus']}, "
+                f"{'B-vMFmix VI' if r['mode'] == 'bayesian' else r['mode']} fit, "
+                f"dtype={r['dtype']}, "
                 f"{r['allocator']} allocator",
                 f"{r['ratio']:.2f}x",
-                _verdict(r["ratio"], MEMORY_TARGET) if r["mode"] == "batch" else "see note",
+                _verdict(r["ratio"], MEMORY_TARGET) if r["mode"] != "stream" else "see note",
             )
         )
     for corpus in scale.get("memory", {}).get("corpora", {}):
