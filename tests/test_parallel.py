@@ -137,15 +137,15 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def two_devices():
+def _run_on_two_devices(script):
+    """Run ``script`` in a subprocess with two forced CPU devices; return its JSON output."""
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
     }
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
+        [sys.executable, "-c", script],
         capture_output=True,
         text=True,
         env=env,
@@ -154,6 +154,11 @@ def two_devices():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def two_devices():
+    return _run_on_two_devices(SCRIPT)
 
 
 def test_sharded_fit_equals_one_device(two_devices):
@@ -405,21 +410,7 @@ TREE_TIME_SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def two_devices_tree_time():
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-        "JAX_PLATFORMS": "cpu",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", TREE_TIME_SCRIPT],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return _run_on_two_devices(TREE_TIME_SCRIPT)
 
 
 @pytest.mark.parametrize("model", ["hierarchical", "temporal"])
