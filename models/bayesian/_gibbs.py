@@ -230,8 +230,11 @@ def max_row_nnz(data) -> int:
     """Largest number of stored entries in a row (1 for dense data, which is not read so)."""
     if isinstance(data, DenseData):
         return 1
-    indptr = _mixture.host_csr(data).indptr
-    return max(int(np.max(np.diff(indptr))), 1)
+    if data.handle is not None:  # the "scipy" kernel's host block: no copy
+        counts = np.diff(_mixture.host_csr(data).indptr)
+    else:
+        counts = np.bincount(np.asarray(data.rows), minlength=1)
+    return max(int(np.max(counts)), 1)
 
 
 def _row_reader(data, max_nnz: int):
