@@ -42,8 +42,8 @@ SKIP_FILES = {"CHANGELOG.md": "history: entries name files as they were when wri
 
 # A path-like run of characters; what follows decides whether it is a pattern.
 _TOKEN = r"[\w./<>*{}\[\]-]+"
-_QUALIFIED = re.compile(r"(?<![\w./-])((?:" + "|".join(TOP_FOLDERS) + r")/" + _TOKEN + ")")
-_BARE = re.compile(r"(?<![\w./-])([\w-]+\.(?:md|ipynb|py))(?![\w/-])")
+_QUALIFIED = re.compile(r"(?<![\w./<>*{}-])((?:" + "|".join(TOP_FOLDERS) + r")/" + _TOKEN + ")")
+_BARE = re.compile(r"(?<![\w./<>*{}-])([\w-]+\.(?:md|ipynb|py))(?![\w/-])")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -202,7 +202,7 @@ def test_existing_files_patterns_and_outside_paths_are_not_reported(tmp_path):
         tmp_path,
         "docs/a.md",
         "See [design](design.md), docs/design.md, `models/kmle/`, design.md,\n"
-        "tests/test_<module>.py, benchmarks/*.py and ../shared/data/README.md.\n"
+        "tests/test_<module>.py, benchmarks/*.py, `_<name>_vi.py`, ../shared/data/README.md.\n"
         "```\nbayesvmf path X --out path/  # writes criteria.md\n```\n",
     )
     _write(tmp_path, "bayesvmf/b.py", 'NAME = "models/gone.py"  # a string, not a citation\n')
