@@ -6,7 +6,8 @@ text of ``.md`` files, the markdown cells and code comments of notebooks, the co
 
 * a path under one of the repository's top-level folders (``bayesvmf/data.py``,
   ``docs/architecture.md``, ``models/bayesian/``): it must exist from the repository root
-  (a trailing ``/`` asks for a folder);
+  (a trailing ``/`` asks for a folder); a markdown file followed by ``section 5`` or by a
+  quoted heading must have that numbered section or a heading starting with those words;
 * the target of a markdown link: it must exist relative to the file that links it;
 * a bare file name ending in ``.md``, ``.ipynb`` or ``.py`` (``bayesian_vi.md``): some file
   of that name must exist in the repository. Inside fenced code blocks of markdown the bare
@@ -124,6 +125,29 @@ def _clean(token: str) -> str | None:
     return token or None
 
 
+# What may follow a cited markdown file: "section 5", or a quoted heading ("The data path").
+_SECTION = re.compile(r"""\A[`']?,?\s+(?:section\s+(\d+)\b|(?:section\s+)?"([^"\n]+)")""")
+
+
+def _section_cited(after: str) -> str | None:
+    """The section number or heading cited right after a file name, if any."""
+    match = _SECTION.match(after)
+    if match is None:
+        return None
+    return match.group(1) or match.group(2)
+
+
+def _has_section(path: Path, section: str) -> bool:
+    """Whether markdown ``path`` has a heading numbered ``section`` or starting with it.
+
+    A heading's own number ("## 2. The data path") is not part of its words.
+    """
+    headings = re.findall(r"^#+\s+(.*)$", path.read_text(encoding="utf-8"), flags=re.M)
+    if section.isdigit():
+        return any(h.startswith(f"{section}.") for h in headings)
+    return any(re.sub(r"^\d+\.\s+", "", h).startswith(section) for h in headings)
+
+
 def broken_citations(root: Path) -> list[str]:
     """``file: reference`` for every citation under ``root`` of a file that does not exist."""
     files = repository_files(root)
@@ -144,6 +168,10 @@ def broken_citations(root: Path) -> list[str]:
                     ok = target.is_dir() if ref.endswith("/") else target.exists()
                     if not ok:
                         broken.append(f"{rel}: {ref}")
+                    elif target.suffix == ".md":
+                        section = _section_cited(text[match.end(1) :])
+                        if section is not None and not _has_section(target, section):
+                            broken.append(f"{rel}: {ref} section {section}")
                 for match in _LINK.finditer(text):
                     ref = _clean(match.group(1))
                     if ref is None or "://" in ref or ref.startswith(("mailto:", "#")):
@@ -187,21 +215,33 @@ def _write(root: Path, rel: str, text: str) -> None:
             "notebooks/n.ipynb: docs/foo.md",
         ),
         ("pyproject.toml", "# layout of PAPERS.md\n", "pyproject.toml: PAPERS.md"),
+        (
+            "bayesvmf/a.py",
+            "# docs/design.md section 9\n",
+            "bayesvmf/a.py: docs/design.md section 9",
+        ),
+        (
+            "bayesvmf/a.py",
+            '"""As in docs/design.md, "The gone part"."""\n',
+            "bayesvmf/a.py: docs/design.md section The gone part",
+        ),
     ],
 )
 def test_a_missing_file_is_reported(tmp_path, rel, text, expected):
     _write(tmp_path, "models/kmle.py", '"""A model."""\n')
+    _write(tmp_path, "docs/design.md", "# Design\n\n## 1. Layout\n")
     _write(tmp_path, rel, text)
     assert expected in broken_citations(tmp_path)
 
 
 def test_existing_files_patterns_and_outside_paths_are_not_reported(tmp_path):
-    _write(tmp_path, "docs/design.md", "# design\n")
+    _write(tmp_path, "docs/design.md", "# design\n\n## 2. The data path\n")
     _write(tmp_path, "models/kmle/__init__.py", '"""k-MLE."""\n')
     _write(
         tmp_path,
         "docs/a.md",
-        "See [design](design.md), docs/design.md, `models/kmle/`, design.md,\n"
+        "See [design](design.md), docs/design.md section 2, `models/kmle/`, design.md,\n"
+        'docs/design.md, "The data path",\n'
         "tests/test_<module>.py, benchmarks/*.py, `_<name>_vi.py`, ../shared/data/README.md.\n"
         "```\nbayesvmf path X --out path/  # writes criteria.md\n```\n",
     )
