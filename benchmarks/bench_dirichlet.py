@@ -189,7 +189,7 @@ def iteration_vs_floor(model, docs):
     """Median time of one compiled VEM step against the two data products in NumPy.
 
     The floor is X @ mu.T (N x d by d x K) plus resp.T @ X (K x N by N x d) in float64
-    NumPy/OpenBLAS on one thread (DESIGN.md section 5); the step is ``_vem_step`` (E-step,
+    NumPy/OpenBLAS on one thread (docs/design.md section 5); the step is ``_vem_step`` (E-step,
     M-step with exact kappa, exact bound) timed with ``block_until_ready``, in float64 and
     in mixed mode (float32 data products), all in this run, interleaved, so that the load of
     the shared machine affects them alike. The breakdown times the step's parts alone as

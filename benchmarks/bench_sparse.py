@@ -1,7 +1,7 @@
 """Sparse vMF mixture benchmark: EM iteration vs the sparse-product floor, fits, CSTR, paths.
 
 Writes benchmarks/results/sparse.json and sparse.md. Run: python benchmarks/bench_sparse.py
-All ratios are measured in one run of this script (DESIGN.md section 5).
+All ratios are measured in one run of this script (docs/design.md section 5).
 """
 
 import json

@@ -1,7 +1,7 @@
 """Shared test set-up: float64 JAX on the CPU, seeded generators, the shared data folder.
 
 The package itself never flips a global JAX flag; the test suite does (as NumPyro's own
-suite does) so that the float64 accuracy contract of DESIGN.md section 3 is what is tested.
+suite does) so that the float64 accuracy contract of docs/design.md section 3 is what is tested.
 float32 behaviour is tested explicitly inside ``jax.enable_x64(False)`` blocks.
 """
 

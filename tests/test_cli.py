@@ -12,7 +12,7 @@ import pytest
 import scipy.io
 import scipy.sparse
 
-from bayesvmf import cli, load, make_vmf_mixture
+from bayesvmf import _cli_demo, cli, load, make_vmf_mixture
 from bayesvmf.metrics import adjusted_rand as adjusted_rand_score
 from bayesvmf.models import SparseVMFMixture
 
@@ -123,11 +123,11 @@ def test_demo_leaves_the_jax_configuration_as_it_was(tmp_path, monkeypatch):
     names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
     before = [getattr(jax.config, name) for name in names]
     monkeypatch.setenv("BAYESVMF_CACHE", str(tmp_path))
-    with cli._compilation_cache(True) as folder:
+    with _cli_demo._compilation_cache(True) as folder:
         assert folder == tmp_path / "jax" and folder.is_dir()
         assert [getattr(jax.config, name) for name in names] == [str(folder), 0.0]
     assert [getattr(jax.config, name) for name in names] == before
-    with cli._compilation_cache(False) as folder:
+    with _cli_demo._compilation_cache(False) as folder:
         assert folder is None
         assert [getattr(jax.config, name) for name in names] == before
 

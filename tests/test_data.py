@@ -12,10 +12,10 @@ import scipy.sparse
 import scipy.special
 from jax.experimental import sparse as jsparse
 
+from bayesvmf._synthetic import _greedy_separated
 from bayesvmf.data import (
     UNIT_NORM_TOL,
     VMFMixtureSample,
-    _greedy_separated,
     check_directional,
     make_temporal_vmf_mixture,
     make_vmf_mixture,
@@ -410,11 +410,11 @@ def test_to_device_dense_and_dtype(X_dense):
     assert Xs32.dtype == jnp.float32
 
 
-# --- the synthetic generator (paper 001, section 4.1) -----------------------------------
+# --- the synthetic generator (Rossi & Barbaro, section 4.1) ----------------------------
 #
 # Everything that samples uses n_features = 100 (the paper's d) so that the jitted vMF
-# sampler, which data.py always calls on batches of one fixed shape per dimension, is
-# compiled once for the whole module.
+# sampler, which bayesvmf/_synthetic.py always calls on batches of one fixed shape per
+# dimension, is compiled once for the whole module.
 
 D = 100
 
