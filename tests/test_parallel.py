@@ -61,7 +61,8 @@ SCRIPT = textwrap.dedent(
     out["again_n_iter"] = again["n_iter"]
 
     # the data-pass building blocks on both layouts: statistics, seeds (k-means++ gathers
-    # over devices), crisp statistics; dense input and both sparse kernels
+    # over devices), crisp statistics; dense input and both sparse kernels on one device,
+    # against the sharded default (sharded sparse data always uses segment_sum)
     mu = check_directional(rng.normal(size=(K, d)))
     kappa, log_w = np.array([20.0, 50.0, 90.0]), np.log([0.2, 0.3, 0.5])
     key = jax.random.key(7)
@@ -78,7 +79,7 @@ SCRIPT = textwrap.dedent(
         for name, data, kernel in (("dense", X, "auto"), ("scipy", Xs, "scipy"),
                                    ("segment_sum", Xs, "segment_sum")):
             results = [run(args, _mixture.to_device(data, kernel=kernel)),
-                       run(args, _parallel.row_blocks(data, devices=devices, kernel=kernel))]
+                       run(args, _parallel.row_blocks(data, devices=devices))]
             one, two = ([np.asarray(a).tolist() for a in jax.tree.leaves(r)] for r in results)
             out[name] = {"one": one, "two": two}
 
@@ -331,6 +332,21 @@ def test_bucket_sizes():
     assert (buckets >= sizes).all() and (np.diff(buckets) >= 0).all()
     assert (buckets[sizes > 8] / sizes[sizes > 8]).max() <= 1.42
     assert len(np.unique(buckets)) <= 2 * np.log2(5000 / 8) + 2
+
+
+def test_sharded_sparse_data_refuses_the_scipy_kernel():
+    X = check_directional(sp.csr_matrix(np.eye(4)))
+    with jax.enable_x64(True):
+        with pytest.raises(ValueError, match="kernel='scipy' cannot shard data over devices"):
+            _parallel.row_blocks(X, devices=jax.devices()[:1], kernel="scipy")
+        with pytest.raises(ValueError, match="kernel must be one of"):
+            _parallel.row_blocks(X, devices=jax.devices()[:1], kernel="scipyy")
+        # the sharded default is segment_sum on every backend; one block keeps the CPU kernel
+        sharded = _parallel.row_blocks(X, devices=jax.devices()[:1])
+        single = _parallel.row_blocks(X, kernel="scipy")
+    assert sharded.data.kernel == "segment_sum" and sharded.mesh is not None
+    assert single.data.kernel == "scipy" and single.mesh is None
+    np.testing.assert_array_equal(X.toarray(), np.eye(4))  # the caller's matrix untouched
 
 
 def test_devices_argument_errors():
