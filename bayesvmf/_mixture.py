@@ -158,16 +158,16 @@ SPARSE_KERNELS = ("auto", "scipy", "segment_sum")
 
 @jax.tree_util.register_pytree_node_class
 class SparseData:
-    """Sparse data for the two products: host CSR blocks, or sorted COO arrays on the device.
+    """Sparse data for the two products: a host CSR matrix, or sorted COO arrays on the device.
 
     Two kernels compute the products ``X @ M`` and ``X.T @ R`` of an iteration (DESIGN.md
     section 5); the matrix is never densified and memory stays O(nnz):
 
     ``"scipy"`` (the default on CPU)
         A ``jax.pure_callback`` into SciPy's compiled CSR/CSC products. The CSR matrix stays
-        on the host, registered once (:func:`register_host_blocks`); the program carries only
-        an int32 ``handle`` per row block, so a product ships just its dense operand and
-        result across the callback boundary. (JAX copies every callback operand into a fresh
+        on the host, registered once (:func:`register_host_block`); the program carries only
+        its int32 ``handle``, so a product ships just its dense operand and result across
+        the callback boundary. (JAX copies every callback operand into a fresh
         buffer: passing the CSR arrays themselves cost a copy of the whole data per product,
         which is what made a fit's peak memory 8-16x the data before this design.) These
         products *are* the floor of DESIGN.md section 5, so an iteration costs about the
@@ -175,7 +175,10 @@ class SparseData:
         concatenated into products of several columns each, so restarts share passes over
         the data (:data:`PRODUCT_DENSE_BYTES`). Code that reads rows inside a program
         (collapsed Gibbs) adds device copies of the CSR arrays with :func:`with_device_csr`.
-    ``"segment_sum"`` (the default on GPU/TPU, where a host callback would copy)
+        One device only: data sharded over several devices uses ``"segment_sum"``
+        (:func:`bayesvmf._parallel.row_blocks` says why).
+    ``"segment_sum"`` (the default on GPU/TPU, where a host callback would copy, and for
+    data sharded over devices)
         One sorted ``segment_sum`` per product: ``X @ M`` over the row-sorted COO arrays
         ``rows``, ``cols``, ``values``, ``X.T @ R`` over the column-sorted copy ``t_rows``,
         ``t_cols``, ``t_values``.
@@ -194,9 +197,8 @@ class SparseData:
         Device CSR row pointers (``scipy`` kernel after :func:`with_device_csr`).
     kernel : {"scipy", "segment_sum"}, default "segment_sum"
         Static.
-    handle : jax.Array of int32, shape (n_blocks,), or None
-        ``scipy`` kernel: the registry handle of each row block's host CSR matrix (one
-        block, or one per device, sharded with the blocks).
+    handle : jax.Array of int32, shape (1,), or None
+        ``scipy`` kernel: the registry handle of the host CSR matrix.
     dtype : dtype or None
         Static dtype of the values, hence of the products (default: that of ``values``).
     """
@@ -223,7 +225,7 @@ class SparseData:
         self.kernel = kernel
         self.dtype = jnp.dtype(dtype if dtype is not None else values.dtype)
         # the registry entries of the host blocks live while this object (or a program
-        # still using ``handle``, see register_host_blocks) does; copies made by
+        # still using ``handle``, see register_host_block) does; copies made by
         # tree_unflatten share the handle but not this reference
         self._anchors = ()
 
@@ -261,7 +263,7 @@ class SparseData:
 # --------------------------------------------------------------------------------------------
 
 #: handle -> host CSR block of the "scipy" kernel. An entry is removed when its anchor (an
-#: object that owns the block's handle array) is freed, see register_host_blocks.
+#: object that owns the block's handle array) is freed, see register_host_block.
 _HOST_BLOCKS: dict[int, sp.csr_matrix] = {}
 _NEXT_HANDLE = iter(range(1, 2**31))
 
@@ -285,31 +287,26 @@ class _HostAnchor:
         weakref.finalize(self, _HOST_BLOCKS.pop, handle, None)
 
 
-def register_host_blocks(blocks: list[sp.csr_matrix]) -> tuple[list[np.ndarray], list]:
-    """Register host CSR blocks for the "scipy" kernel; return their handles and anchors.
+def register_host_block(block: sp.csr_matrix) -> tuple[np.ndarray, _HostAnchor]:
+    """Register a host CSR block for the "scipy" kernel; return its handle and anchor.
 
     Parameters
     ----------
-    blocks : list of scipy.sparse.csr_matrix
-        One block per device (or one). They are kept as they are (never modified), so they
-        may share memory with the caller's matrix.
+    block : scipy.sparse.csr_matrix
+        Kept as it is (never modified), so it may share memory with the caller's matrix.
 
     Returns
     -------
-    handles : list of ndarray of int32, shape (1,)
-        One handle array per block, to be placed on the block's device (zero-copy on CPU).
-    anchors : list
-        The objects that keep the registry entries; hold them as long as the handles are
-        used (:class:`SparseData` does).
+    handle : ndarray of int32, shape (1,)
+        The handle array, to be placed on the device (zero-copy on CPU).
+    anchor : object
+        The object that keeps the registry entry; hold it as long as the handle is used
+        (:class:`SparseData` does).
     """
-    handles, anchors = [], []
-    for block in blocks:
-        handle = next(_NEXT_HANDLE)
-        anchor = _HostAnchor(handle)
-        _HOST_BLOCKS[handle] = block
-        handles.append(np.asarray(anchor))
-        anchors.append(anchor)
-    return handles, anchors
+    handle = next(_NEXT_HANDLE)
+    anchor = _HostAnchor(handle)
+    _HOST_BLOCKS[handle] = block
+    return np.asarray(anchor), anchor
 
 
 def _lookup(handle: int) -> sp.csr_matrix:
@@ -324,20 +321,20 @@ def _lookup(handle: int) -> sp.csr_matrix:
 
 
 def host_blocks(data: SparseData) -> list[sp.csr_matrix]:
-    """Return the host CSR blocks of "scipy"-kernel data (outside programs; no copy)."""
+    """Return the host CSR block of "scipy"-kernel data in a list (outside programs; no copy)."""
     if data.handle is None:
         raise ValueError("host_blocks needs SparseData of the 'scipy' kernel")
     return [_lookup(h) for h in np.asarray(data.handle).reshape(-1)]
 
 
 def host_csr(data: SparseData) -> sp.csr_matrix:
-    """Return sparse data as one host CSR matrix of its values' dtype (blocks stacked).
+    """Return sparse data as one host CSR matrix of its values' dtype.
 
-    No copy for "scipy"-kernel data of one block; otherwise built from the device arrays.
+    No copy for "scipy"-kernel data; otherwise built from the device arrays.
     """
     if data.handle is not None:
-        blocks = host_blocks(data)
-        return blocks[0] if len(blocks) == 1 else sp.vstack(blocks, format="csr")
+        (block,) = host_blocks(data)
+        return block
     values, cols = np.asarray(data.values), np.asarray(data.cols)
     if data.indptr is not None:
         return sp.csr_matrix((values, cols, np.asarray(data.indptr)), shape=data.shape)
@@ -395,15 +392,14 @@ def host_block(csr: sp.csr_matrix, dtype, rows: int | None = None) -> sp.csr_mat
     return sp.csr_matrix((values, csr.indices, indptr), shape=(rows, d), copy=False)
 
 
-def scipy_kernel_data(blocks: list[sp.csr_matrix], dtype, place=None) -> SparseData:
-    """Register host blocks (equal shapes) and return their "scipy"-kernel :class:`SparseData`.
+def scipy_kernel_data(block: sp.csr_matrix, dtype) -> SparseData:
+    """Register a host CSR block and return its "scipy"-kernel :class:`SparseData`.
 
-    ``place`` maps the list of per-block handle arrays to one device array (sharded over the
-    devices by :mod:`bayesvmf._parallel`); by default the single handle is put on the
-    default device.
+    The handle goes to the default device. The "scipy" kernel serves one device only: a
+    program over several devices must not call back into Python (see
+    :func:`bayesvmf._parallel.row_blocks`).
     """
-    handles, anchors = register_host_blocks(blocks)
-    handle = jax.device_put(handles[0]) if place is None else place(handles)
+    handle, anchor = register_host_block(block)
     data = SparseData(
         None,
         None,
@@ -411,12 +407,12 @@ def scipy_kernel_data(blocks: list[sp.csr_matrix], dtype, place=None) -> SparseD
         None,
         None,
         None,
-        blocks[0].shape,
+        block.shape,
         kernel="scipy",
-        handle=handle,
+        handle=jax.device_put(handle),
         dtype=dtype,
     )
-    data._anchors = tuple(anchors)
+    data._anchors = (anchor,)
     return data
 
 
@@ -456,7 +452,7 @@ def to_device(X, dtype=jnp.float64, kernel: str = "auto") -> DenseData | SparseD
             csr.sum_duplicates()
         n, d = csr.shape
         if kernel == "scipy":
-            return scipy_kernel_data([host_block(csr, dtype)], dtype)
+            return scipy_kernel_data(host_block(csr, dtype), dtype)
         cols = jnp.asarray(csr.indices.astype(np.int32))
         values = jnp.asarray(csr.data, dtype=dtype)
         rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(csr.indptr))

@@ -15,14 +15,15 @@ added (DESIGN.md section 6). :class:`RowBlocks` holds data split into equal row 
   of compiled programs instead of compiling one per chunk.
 
 Blocks have equal shapes. Dense blocks are padded with zero rows. Sparse blocks are padded
-with empty rows: with the CPU ("scipy") kernel they are host CSR matrices, and the devices
-hold only one registry handle per block (:class:`bayesvmf._mixture.SparseData`), so their
-nnz may differ; with the "segment_sum" kernel their nnz is padded with explicit zeros
-(value 0.0, which adds exactly 0.0 to both products). Every padding
-row has row weight 0, and the statistics multiply the responsibilities and the per-row
-log-densities by the row weights, so padding never touches counts, resultants, weights or
-the likelihood. Padding rows only ever sit after the real rows: global row i is row
-``i % block_rows`` of block ``i // block_rows``.
+with empty rows. Sharded sparse blocks use the "segment_sum" kernel on every backend (a
+program over several devices must not call back into Python: :func:`row_blocks` says why),
+their nnz padded with explicit zeros (value 0.0, which adds exactly 0.0 to both products);
+the single block without a mesh may stay a host CSR matrix of the CPU ("scipy") kernel
+(:class:`bayesvmf._mixture.SparseData`). Every padding row has row weight 0, and the
+statistics multiply the responsibilities and the per-row log-densities by the row weights,
+so padding never touches counts, resultants, weights or the likelihood. Padding rows only
+ever sit after the real rows: global row i is row ``i % block_rows`` of block
+``i // block_rows``.
 
 References
 ----------
@@ -252,22 +253,6 @@ def place(arrays: dict, mesh: Mesh | None) -> dict:
     }
 
 
-def _place_handles(handles: list, mesh: Mesh | None) -> jax.Array:
-    """One int32 handle per block: a (1,) array, or (n_blocks,) sharded over ``mesh``.
-
-    Built from the handle arrays themselves (aliased on CPU, see
-    :func:`bayesvmf._mixture.register_host_blocks`); each process places only the blocks of
-    the devices it addresses.
-    """
-    if mesh is None:
-        return jax.device_put(handles[0])
-    sharding = NamedSharding(mesh, P(AXIS))
-    blocks = range(len(handles))
-    return jax.make_array_from_callback(
-        (len(handles),), sharding, lambda idx: handles[blocks[idx[0]][0]]
-    )
-
-
 def row_blocks(
     X, dtype=jnp.float64, *, devices=None, kernel: str = "auto", bucket: bool = False
 ) -> RowBlocks:
@@ -284,7 +269,8 @@ def row_blocks(
     devices : list of jax devices or None
         One block per device, sharded over a mesh of them; None: one local block.
     kernel : {"auto", "scipy", "segment_sum"}
-        Sparse product kernel (:class:`bayesvmf._mixture.SparseData`).
+        Sparse product kernel (:class:`bayesvmf._mixture.SparseData`). With ``devices``,
+        "auto" is "segment_sum" on every backend and "scipy" is refused (see below).
     bucket : bool, default False
         Round the block rows and nnz up to :func:`bucket_size` (streaming chunks), so that
         chunks of similar size share compiled programs.
@@ -292,6 +278,29 @@ def row_blocks(
     Returns
     -------
     RowBlocks
+
+    Raises
+    ------
+    ValueError
+        If ``kernel`` is not one of the names above, or is "scipy" with ``devices``.
+
+    Notes
+    -----
+    Programs over several devices never call back into Python, so sparse row blocks on a
+    mesh use the "segment_sum" kernel, whose products are XLA operations. The "scipy"
+    kernel's ``jax.pure_callback`` deadlocked such programs (issue 19: a Classic3 fit over
+    two forced CPU devices aborted in an all-reduce, or hung). JAX hands a callback its
+    operands as arrays ``device_put`` on the first CPU device, and reading one waits for
+    that copy. XLA's CPU client copies a host buffer of 100 KiB or more asynchronously, as a
+    task on the thread pool that also runs the devices' programs (seen in the threads of a
+    hung fit: two pool threads on a 2-core machine, each running one device's program).
+    When every thread of the pool is held by a device's program, blocked in the callback
+    (waiting for the copy) or in a collective (waiting for a device that is in the
+    callback), the copy never runs. An operand of d x K float64 values (the first product;
+    rows per device x K for the second) reaches 100 KiB at d K >= 12,800 (Classic3:
+    d = 4303, K = 3; the tests' n = 101, d = 30 stays far below), so the hang depended on
+    the data and on the numbers of cores and devices: nothing a fit could check. Without a
+    callback in these programs there is no such wait.
     """
     n, d = X.shape
     n_blocks = 1 if devices is None else len(devices)
@@ -305,16 +314,23 @@ def row_blocks(
         dense = _pad(np.asarray(X, dtype=np_dtype), n_blocks * rows, 0)
         placed = place({"X": dense, "w": weight}, mesh)
         return RowBlocks(DenseData(placed["X"]), placed["w"], n, mesh)
-    kernel = _mixture._resolve_kernel(kernel)
+    resolved = _mixture._resolve_kernel(kernel)  # checks the name
+    if mesh is not None:
+        if kernel == "scipy":
+            raise ValueError(
+                "kernel='scipy' cannot shard data over devices: its host callback can "
+                "deadlock a program that runs on several devices (see row_blocks' notes); "
+                "use kernel='auto' or 'segment_sum'."
+            )
+        resolved = "segment_sum"
     csr = sp.csr_matrix(X)
+    if resolved == "scipy":
+        # one block (no mesh), kept on the host: padded with empty rows only, sharing X's
+        # arrays; the device holds its handle
+        data = _mixture.scipy_kernel_data(_mixture.host_block(csr, np_dtype, rows), dtype)
+        return RowBlocks(data, place({"w": weight}, None)["w"], n)
     # an all-padding block (more devices than row blocks) is an empty (0, d) slice
     blocks = [csr] if n_blocks == 1 else [csr[b * rows : (b + 1) * rows] for b in range(n_blocks)]
-    if kernel == "scipy":
-        # the blocks stay on the host (padded with empty rows only; one block shares X's
-        # arrays); the devices hold one handle per block
-        host = [_mixture.host_block(blk, np_dtype, rows) for blk in blocks]
-        data = _mixture.scipy_kernel_data(host, dtype, lambda hs: _place_handles(hs, mesh))
-        return RowBlocks(data, place({"w": weight}, mesh)["w"], n, mesh)
     nnz = max(max(blk.nnz for blk in blocks), 1)
     if bucket:
         nnz = bucket_size(nnz)
@@ -330,7 +346,7 @@ def row_blocks(
         placed["t_values"],
         (rows, d),
         None,
-        kernel,
+        resolved,
     )
     return RowBlocks(data, placed["w"], n, mesh)
 
@@ -356,7 +372,8 @@ def map_blocks(fn, replicated, data):
         mesh=data.mesh,
         in_specs=(P(), P(AXIS), P(AXIS)),
         out_specs=P(),
-        # the host callback of the "scipy" kernel carries no replication type
+        # left off as before this program lost its host callback (measured: SparseVMFMixture
+        # and BayesianVMFMixture fits over two devices pass with it on; issue 19)
         check_vma=False,
     )(replicated, data.data, data.row_weight)
 

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import shared_data_or_skip
 
 from bayesvmf import _mixture, _parallel
 from bayesvmf.data import check_directional
@@ -60,7 +61,8 @@ SCRIPT = textwrap.dedent(
     out["again_n_iter"] = again["n_iter"]
 
     # the data-pass building blocks on both layouts: statistics, seeds (k-means++ gathers
-    # over devices), crisp statistics; dense input and both sparse kernels
+    # over devices), crisp statistics; dense input and both sparse kernels on one device,
+    # against the sharded default (sharded sparse data always uses segment_sum)
     mu = check_directional(rng.normal(size=(K, d)))
     kappa, log_w = np.array([20.0, 50.0, 90.0]), np.log([0.2, 0.3, 0.5])
     key = jax.random.key(7)
@@ -77,7 +79,7 @@ SCRIPT = textwrap.dedent(
         for name, data, kernel in (("dense", X, "auto"), ("scipy", Xs, "scipy"),
                                    ("segment_sum", Xs, "segment_sum")):
             results = [run(args, _mixture.to_device(data, kernel=kernel)),
-                       run(args, _parallel.row_blocks(data, devices=devices, kernel=kernel))]
+                       run(args, _parallel.row_blocks(data, devices=devices))]
             one, two = ([np.asarray(a).tolist() for a in jax.tree.leaves(r)] for r in results)
             out[name] = {"one": one, "two": two}
 
@@ -137,21 +139,29 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run_on_two_devices(script):
-    """Run ``script`` in a subprocess with two forced CPU devices; return its JSON output."""
+def _run_on_two_devices(script, *args, timeout=600):
+    """Run ``script`` in a subprocess with two forced CPU devices; return its JSON output.
+
+    A run that does not finish within ``timeout`` seconds (a deadlock between the devices)
+    fails the test instead of stalling the suite.
+    """
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script, *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        stderr = (exc.stderr or b"")[-3000:]
+        pytest.fail(f"the two-device run {args} did not finish in {timeout} s: {stderr!r}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -322,6 +332,21 @@ def test_bucket_sizes():
     assert (buckets >= sizes).all() and (np.diff(buckets) >= 0).all()
     assert (buckets[sizes > 8] / sizes[sizes > 8]).max() <= 1.42
     assert len(np.unique(buckets)) <= 2 * np.log2(5000 / 8) + 2
+
+
+def test_sharded_sparse_data_refuses_the_scipy_kernel():
+    X = check_directional(sp.csr_matrix(np.eye(4)))
+    with jax.enable_x64(True):
+        with pytest.raises(ValueError, match="kernel='scipy' cannot shard data over devices"):
+            _parallel.row_blocks(X, devices=jax.devices()[:1], kernel="scipy")
+        with pytest.raises(ValueError, match="kernel must be one of"):
+            _parallel.row_blocks(X, devices=jax.devices()[:1], kernel="scipyy")
+        # the sharded default is segment_sum on every backend; one block keeps the CPU kernel
+        sharded = _parallel.row_blocks(X, devices=jax.devices()[:1])
+        single = _parallel.row_blocks(X, kernel="scipy")
+    assert sharded.data.kernel == "segment_sum" and sharded.mesh is not None
+    assert single.data.kernel == "scipy" and single.mesh is None
+    np.testing.assert_array_equal(X.toarray(), np.eye(4))  # the caller's matrix untouched
 
 
 def test_devices_argument_errors():
@@ -496,3 +521,96 @@ def test_tree_and_time_models_devices_errors(model):
     assert model_1.n_features_in_ == 4
     np.testing.assert_array_equal(model_1.mean_directions_, before[0])
     np.testing.assert_array_equal(model_1.lower_bounds_, before[1])
+
+
+# ---- Classic3 over two devices, every estimator with devices= -------------------------------
+
+# One model and option per subprocess (argv: data folder, model, option). Rows 0, 12, 24, ...
+# of Classic3 (325 documents, all three classes) and all 4303 terms: the sizes of the issue's
+# hang (a host product's operand d x K x 8 bytes above 100 KiB, see bayesvmf._parallel).
+CLASSIC3_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, warnings
+    import jax, numpy as np, scipy.sparse as sp
+    from bayesvmf.exceptions import ConvergenceWarning
+    from bayesvmf.models import (BayesianVMFMixture, DirichletVMFMixture,
+                                 HierarchicalVMFMixture, SparseVMFMixture,
+                                 TemporalVMFMixture, balanced_tree)
+
+    warnings.simplefilter("ignore", ConvergenceWarning)  # a few iterations, not converged
+    folder, model, option = sys.argv[1:]
+    X = sp.load_npz(f"{folder}/Classic3.X.npz").tocsr()[::12].astype(np.float64)
+    out = {"n_devices": len(jax.devices())}
+
+    def posterior(m, labels, mu):
+        return {"labels": labels.tolist(), "weights": m.weights_.tolist(), "mu": mu.tolist(),
+                "kappa": m.concentrations_.tolist(), "n_iter": m.n_iter_,
+                "lower_bounds": np.atleast_1d(m.lower_bounds_).tolist()}
+
+    def fit(devices):
+        if model == "sparse":
+            m = SparseVMFMixture(3, shared_kappa=option == "shared", n_init=1, max_iter=8,
+                                 tol=1e-12, random_state=0, devices=devices)
+            labels = m.fit_predict(X)
+            return {"labels": labels.tolist(), "weights": m.weights_.tolist(),
+                    "mu": m.mean_directions_.tolist(), "kappa": m.concentrations_.tolist(),
+                    "n_iter": m.n_iter_, "lower_bounds": [m.lower_bound_]}
+        if model == "bayesian":
+            m = BayesianVMFMixture(3, kappa_update=option, empirical_bayes=False, max_iter=5,
+                                   tol=1e-12, random_state=0, devices=devices)
+            return posterior(m, m.fit_predict(X), m.mean_directions_)
+        if model == "hierarchical":
+            m = HierarchicalVMFMixture(balanced_tree((3,)), kappa_update=option, max_iter=5,
+                                       tol=1e-12, random_state=0, devices=devices)
+            return posterior(m, m.fit_predict(X), m.node_mean_directions_)
+        if model == "temporal":
+            times = np.arange(X.shape[0]) % 4
+            m = TemporalVMFMixture(3, C0=50.0, kappa_update=option, max_iter=5, tol=1e-12,
+                                   random_state=0, devices=devices)
+            return posterior(m, m.fit_predict(X, times), m.time_mean_directions_)
+        # Dirichlet-vMF: documents of 5 consecutive (dense) rows
+        dense = X.toarray()
+        docs = [dense[i : i + 5] for i in range(0, dense.shape[0], 5)]
+        m = DirichletVMFMixture(3, n_init=1, max_iter=5, tol=1e-12, random_state=0,
+                                devices=devices).fit(docs)
+        return {"labels": m.doc_topic_.argmax(axis=1).tolist(), "weights": m.weights_.tolist(),
+                "mu": m.mean_directions_.tolist(), "kappa": m.concentrations_.tolist(),
+                "n_iter": m.n_iter_, "lower_bounds": np.atleast_1d(m.lower_bounds_).tolist()}
+
+    out["one"], out["two"] = fit(None), fit(2)
+    json.dump(out, sys.stdout)
+    """
+)
+
+CLASSIC3_RUNS = [
+    ("sparse", "shared"),
+    ("sparse", "free"),
+    ("bayesian", "sampling"),
+    ("hierarchical", "sampling"),
+    ("temporal", "sampling"),
+    ("dirichlet", "-"),
+]
+
+
+@pytest.mark.data
+@pytest.mark.parametrize(("model", "option"), CLASSIC3_RUNS)
+def test_classic3_two_devices_finish_and_equal_one_device(model, option):
+    """Fits of Classic3 (325 rows, d = 4303, the counts normalised by the estimators) over
+    two forced CPU devices finish and equal the one-device fit, for every estimator with
+    ``devices=`` (issue 19: such fits used to deadlock, see bayesvmf._parallel). A few
+    iterations of each, so the comparison is iteration by iteration, with the tolerances of
+    the small-data tests above (sampling schemes: the same MH keys on both layouts)."""
+    folder = shared_data_or_skip("Classic3.X.npz")
+    out = _run_on_two_devices(CLASSIC3_SCRIPT, folder, model, option, timeout=240)
+    assert out["n_devices"] == 2
+    one, two = out["one"], out["two"]
+    assert one["labels"] == two["labels"]
+    assert one["n_iter"] == two["n_iter"] > 1
+    tolerances = {  # (rtol, atol)
+        "weights": (1e-10, 1e-12),
+        "mu": (0.0, 1e-10),  # unit vectors: components near 0 need an absolute check
+        "kappa": (1e-10, 0.0),
+        "lower_bounds": (1e-12, 0.0),
+    }
+    for key, (rtol, atol) in tolerances.items():
+        np.testing.assert_allclose(two[key], one[key], rtol=rtol, atol=atol, err_msg=key)

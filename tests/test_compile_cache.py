@@ -1,0 +1,137 @@
+"""The scoped persistent compilation cache of bayesvmf._compile_cache."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bayesvmf._compile_cache import ENV_DISABLE, compilation_cache
+
+SETTINGS = (
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
+
+
+def _settings():
+    return {name: getattr(jax.config, name) for name in SETTINGS}
+
+
+def _compile_new_program(seed: float) -> None:
+    """Compile (and run) a program no other test compiles: a constant of its own."""
+    jax.jit(lambda x: jnp.sin(x) * seed + seed**2)(np.arange(3.0)).block_until_ready()
+
+
+@pytest.fixture(autouse=True)
+def no_disabling_variable(monkeypatch):
+    monkeypatch.delenv(ENV_DISABLE, raising=False)
+
+
+def test_cache_is_written_inside_the_block_and_settings_restored(tmp_path):
+    before = _settings()
+    assert before["jax_compilation_cache_dir"] is None  # the suite sets no cache
+    with compilation_cache(folder=tmp_path / "jax") as folder:
+        assert folder == tmp_path / "jax"
+        assert jax.config.jax_compilation_cache_dir == str(folder)
+        assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.0
+        _compile_new_program(1.2345)
+        written = set(folder.iterdir())
+    assert written  # the program, although it compiled in well under a second
+    assert _settings() == before
+    _compile_new_program(2.3456)  # after the block: nothing more on disk
+    assert set(folder.iterdir()) == written
+
+
+def test_default_folder_is_the_user_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("BAYESVMF_CACHE", str(tmp_path / "cache"))
+    with compilation_cache() as folder:
+        assert folder == tmp_path / "cache" / "jax" and folder.is_dir()
+
+
+@pytest.mark.parametrize(("value", "used"), [("1", False), ("yes", False), ("0", True)])
+def test_environment_variable_turns_it_off(tmp_path, monkeypatch, value, used):
+    monkeypatch.setenv(ENV_DISABLE, value)
+    before = _settings()
+    with compilation_cache(folder=tmp_path / "jax") as folder:
+        assert (folder is not None) is used
+        assert (jax.config.jax_compilation_cache_dir is not None) is used
+    assert _settings() == before
+    assert (tmp_path / "jax").exists() is used
+
+
+def test_parameter_turns_it_off(tmp_path):
+    with compilation_cache(enabled=False, folder=tmp_path / "jax") as folder:
+        assert folder is None and jax.config.jax_compilation_cache_dir is None
+    assert not (tmp_path / "jax").exists()
+
+
+def test_the_sessions_own_cache_is_left_alone(tmp_path):
+    own = str(tmp_path / "own")
+    jax.config.update("jax_compilation_cache_dir", own)
+    try:
+        with compilation_cache(folder=tmp_path / "ours") as folder:
+            assert folder == tmp_path / "own"
+            assert jax.config.jax_compilation_cache_dir == own
+            with compilation_cache(folder=tmp_path / "inner") as inner:  # nested: the same
+                assert inner == folder
+        assert jax.config.jax_compilation_cache_dir == own
+        assert not (tmp_path / "ours").exists() and not (tmp_path / "inner").exists()
+    finally:
+        jax.config.update("jax_compilation_cache_dir", None)
+
+
+def test_unwritable_folder_means_no_cache(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    before = _settings()
+    with compilation_cache(folder=blocker / "jax") as folder:
+        assert folder is None
+        assert _settings() == before
+
+
+def test_settings_restored_after_an_error(tmp_path):
+    before = _settings()
+    with pytest.raises(KeyError, match="inside"), compilation_cache(folder=tmp_path / "jax"):
+        raise KeyError("inside")
+    assert _settings() == before
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    from bayesvmf._compile_cache import compilation_cache
+
+    events = []
+    jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
+    with compilation_cache(folder=sys.argv[1]):
+        jax.jit(lambda x: jnp.cos(x) * 3.25)(np.arange(4.0)).block_until_ready()
+    print(json.dumps([e for e in events if "compilation_cache" in e]))
+    """
+)
+
+
+def test_a_later_process_reads_the_program_back(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != ENV_DISABLE}
+
+    def run():
+        proc = subprocess.run(
+            [sys.executable, "-c", SCRIPT, str(tmp_path / "jax")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.splitlines()[-1]
+
+    first, second = run(), run()
+    assert "/jax/compilation_cache/cache_hits" not in first
+    assert "/jax/compilation_cache/cache_hits" in second
