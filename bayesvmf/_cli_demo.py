@@ -2,15 +2,15 @@
 
 Each section fits one model on scikit-learn's digits (or on a small synthetic problem) and
 says, in plain words, what it fitted, one or two numbers computed on the spot and its wall
-time. Nearly all of the time is XLA compiling each model once; :func:`_compilation_cache`
-keeps the compiled programs in ``cache_dir()/jax`` (:func:`bayesvmf.datasets.cache_dir`)
-while the demo runs and restores JAX's configuration afterwards. Re-exported by
+time. Nearly all of the time is XLA compiling each model once;
+:func:`bayesvmf._compile_cache.compilation_cache` keeps the compiled programs in
+``cache_dir()/jax`` (:func:`bayesvmf.datasets.cache_dir`) while the demo runs and restores
+JAX's configuration afterwards. Re-exported by
 :mod:`bayesvmf.cli`, whose ``main`` dispatches to :func:`demo`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import time
@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bayesvmf._cli_models import _say
+from bayesvmf._compile_cache import compilation_cache
 
 
 @dataclasses.dataclass
@@ -294,44 +295,6 @@ DEMO_SECTIONS: dict[str, tuple[str, Callable[[_DemoContext], dict]]] = {
 }
 
 
-@contextlib.contextmanager
-def _compilation_cache(enabled: bool):
-    """Keep XLA's compiled programs on disk while the demo runs; yield the folder.
-
-    Later demos then skip the compilation. The folder is None when ``enabled`` is false or
-    the cache folder is not writable.
-
-    The two JAX settings are restored on exit (and the cache reset, so that the next
-    compilation reads them again): calling :func:`demo` from a session leaves that
-    session's configuration as it was.
-    """
-    import jax
-    from jax.experimental.compilation_cache import compilation_cache
-
-    from bayesvmf.datasets import cache_dir
-
-    folder = cache_dir() / "jax" if enabled else None
-    if folder is not None:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError:  # a read-only home: the demo compiles every time
-            folder = None
-    if folder is None:
-        yield None
-        return
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
-    before = {name: getattr(jax.config, name) for name in names}
-    jax.config.update(names[0], str(folder))
-    jax.config.update(names[1], 0.0)
-    compilation_cache.reset_cache()
-    try:
-        yield folder
-    finally:
-        for name, value in before.items():
-            jax.config.update(name, value)
-        compilation_cache.reset_cache()
-
-
 def demo(seed: int = 0, num_samples: int = 200, cache: bool = True) -> dict:
     """Fit every model of bayesvmf on built-in data and say what came out.
 
@@ -340,7 +303,7 @@ def demo(seed: int = 0, num_samples: int = 200, cache: bool = True) -> dict:
     compiled programs are kept on disk (:func:`bayesvmf.datasets.cache_dir`) for the next
     run; JAX's configuration is restored afterwards.
     """
-    with _compilation_cache(cache) as folder:
+    with compilation_cache(cache) as folder:
         return _run_demo(seed, num_samples, folder)
 
 

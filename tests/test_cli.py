@@ -13,6 +13,7 @@ import scipy.io
 import scipy.sparse
 
 from bayesvmf import _cli_demo, cli, load, make_vmf_mixture
+from bayesvmf._compile_cache import compilation_cache
 from bayesvmf.metrics import adjusted_rand as adjusted_rand_score
 from bayesvmf.models import SparseVMFMixture
 
@@ -123,11 +124,14 @@ def test_demo_leaves_the_jax_configuration_as_it_was(tmp_path, monkeypatch):
     names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
     before = [getattr(jax.config, name) for name in names]
     monkeypatch.setenv("BAYESVMF_CACHE", str(tmp_path))
-    with _cli_demo._compilation_cache(True) as folder:
+    monkeypatch.delenv("BAYESVMF_NO_COMPILATION_CACHE", raising=False)
+    # the demo's cache is the estimators' one (bayesvmf._compile_cache)
+    assert _cli_demo.compilation_cache is compilation_cache
+    with _cli_demo.compilation_cache(True) as folder:
         assert folder == tmp_path / "jax" and folder.is_dir()
         assert [getattr(jax.config, name) for name in names] == [str(folder), 0.0]
     assert [getattr(jax.config, name) for name in names] == before
-    with _cli_demo._compilation_cache(False) as folder:
+    with _cli_demo.compilation_cache(False) as folder:
         assert folder is None
         assert [getattr(jax.config, name) for name in names] == before
 
