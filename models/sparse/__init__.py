@@ -56,6 +56,12 @@ from bayesvmf.models.sparse._estimator import SparseVMFMixture
 from bayesvmf.models.sparse._online import OnlineStats, online_em_step
 from bayesvmf.models.sparse._path import SparsePath, SparseSelection, select_sparse_model
 
+# The public path, in saved files (bayesvmf.save stores "module:class") and pickles: a file
+# written today loads after the private modules change.
+for _cls in (EMState, OnlineStats, SparseVMFMixture, SparsePath, SparseSelection):
+    _cls.__module__ = __name__
+del _cls
+
 __all__ = [
     "EMState",
     "em_step",

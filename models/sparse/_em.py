@@ -8,11 +8,8 @@ drives the iterations (:func:`run_em`). The estimator is
 
 References
 ----------
-.. [1] F. Rossi and F. Barbaro, "Mixture of von Mises-Fisher distribution with sparse
-   prototypes" (journal version; the ESANN 2021 paper "Sparse mixture of von Mises-Fisher
-   distribution" by Barbaro and Rossi is the short version).
-.. [2] A. Banerjee, I. S. Dhillon, J. Ghosh and S. Sra, "Clustering on the unit hypersphere
-   using von Mises-Fisher distributions", JMLR 6 (2005) 1345-1382.
+.. [1] Rossi and Barbaro, sparse vMF mixture (in full: :mod:`bayesvmf.models.sparse`).
+.. [2] Banerjee, Dhillon, Ghosh and Sra, JMLR 6 (2005) 1345-1382.
 """
 
 from __future__ import annotations

@@ -6,11 +6,8 @@ It drives the batch EM of :mod:`bayesvmf.models.sparse._em` (``fit``), the stepw
 
 References
 ----------
-.. [1] F. Rossi and F. Barbaro, "Mixture of von Mises-Fisher distribution with sparse
-   prototypes" (journal version; the ESANN 2021 paper "Sparse mixture of von Mises-Fisher
-   distribution" by Barbaro and Rossi is the short version).
-.. [2] A. Banerjee, I. S. Dhillon, J. Ghosh and S. Sra, "Clustering on the unit hypersphere
-   using von Mises-Fisher distributions", JMLR 6 (2005) 1345-1382.
+.. [1] Rossi and Barbaro, sparse vMF mixture (in full: :mod:`bayesvmf.models.sparse`).
+.. [2] Banerjee, Dhillon, Ghosh and Sra, JMLR 6 (2005) 1345-1382.
 """
 
 from __future__ import annotations
@@ -27,16 +24,8 @@ from sklearn.utils._param_validation import Interval, StrOptions, validate_param
 from bayesvmf import _mixture, _parallel, criteria
 from bayesvmf._base import check_count
 from bayesvmf._mixture import Status
-from bayesvmf.models.sparse._em import (
-    EMState,
-    _check_init_labels,
-    _take,
-    fresh_state,
-    init_state,
-    init_state_from_labels,
-    run_em,
-)
-from bayesvmf.models.sparse._online import OnlineStats, _OnlineState, online_em_step
+from bayesvmf.models.sparse import _em
+from bayesvmf.models.sparse import _online as _stepwise
 
 if TYPE_CHECKING:
     from bayesvmf.models.sparse._path import SparsePath
@@ -227,8 +216,8 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
 
     # ---- fitting ------------------------------------------------------------------------
 
-    def _run(self, state, data, beta, progress=None) -> EMState:
-        return run_em(
+    def _run(self, state, data, beta, progress=None) -> _em.EMState:
+        return _em.run_em(
             state,
             data,
             beta=float(beta),
@@ -241,7 +230,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
 
     def _fit(self, data, rng_key, beta: float | None = None) -> None:
         if isinstance(self.init, str):
-            state = init_state(
+            state = _em.init_state(
                 rng_key,
                 data,
                 n_components=self.n_components,
@@ -251,8 +240,8 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                 kappa_max=float(self.kappa_max),
             )
         else:
-            labels = _check_init_labels(self.init, data.shape[0], self.n_components)
-            state = init_state_from_labels(
+            labels = _em._check_init_labels(self.init, data.shape[0], self.n_components)
+            state = _em.init_state_from_labels(
                 data,
                 labels,
                 n_components=self.n_components,
@@ -277,40 +266,19 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         devices = _parallel.resolve_devices(self.devices)
         return _parallel.row_blocks(Xc, self._product_dtype(), devices=devices, bucket=bucket)
 
-    def fit_predict(self, X, y=None) -> np.ndarray:
-        """Fit the model and return the cluster of each row (eq. (35) of [1]_).
+    def _training_data(self, Xc):
+        """Return the training data: on the default device, or sharded with ``devices``."""
+        self._online = None  # a batch fit forgets any earlier partial_fit stream
+        if self.devices is None:
+            return _mixture.to_device(Xc, self._product_dtype())
+        return self._blocks(Xc)
 
-        With ``devices`` the rows are sharded over the devices for the whole fit and the
-        final E-step (see the class docstring). Ends with one E-step at the final
-        parameters, so the result equals ``fit(X).predict(X)``. Forgets any earlier
-        :meth:`partial_fit` state.
-
-        Parameters
-        ----------
-        X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        y : ignored
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
-        """
-        self._online = None
-        self._validate_params()
-        Xc = self._check_input(X, reset=True)
-        with jax.enable_x64(True):
-            if self.devices is None:
-                data = _mixture.to_device(Xc, self._product_dtype())
-            else:
-                data = self._blocks(Xc)
-            # `data` serves the whole fit: drop this name now, so that a copy made only for
-            # the device (segment_sum kernel, devices=) goes before EM (the "scipy" kernel's
-            # one host block may be Xc itself, kept by `data`)
-            del Xc
-            self._fit(data, self._make_key())
-            if self.devices is None:
-                return np.asarray(jnp.argmax(self._estimate_weighted_log_prob(data), axis=1))
-            run = self._best_state
-            wlp = _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
+    def _training_labels(self, data) -> np.ndarray:
+        """Return the component of each training row (on the devices of the fit)."""
+        if self.devices is None:
+            return super()._training_labels(data)
+        run = self._best_state
+        wlp = _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
         return np.argmax(wlp, axis=1)
 
     def partial_fit(self, X, y=None, *, n_samples: int | None = None) -> SparseVMFMixture:
@@ -370,8 +338,10 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                 self._fit(data, self._make_key(), beta=chunk_beta)
                 run = self._best_state
                 k, d = run.mu.shape[1:]
-                online = _OnlineState(
-                    OnlineStats(jnp.zeros(k, jnp.float64), jnp.zeros((k, d), jnp.float64)),
+                online = _stepwise._OnlineState(
+                    _stepwise.OnlineStats(
+                        jnp.zeros(k, jnp.float64), jnp.zeros((k, d), jnp.float64)
+                    ),
                     jnp.asarray(run.log_weights[0]),
                     jnp.asarray(run.mu[0]),
                     jnp.asarray(run.kappa[0]),
@@ -381,7 +351,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                 self.n_steps_ += 1
                 step_size = (self.n_steps_ + self.learning_offset) ** (-self.learning_decay)
             self.n_samples_seen_ = n_seen
-            stats, log_weights, mu, kappa, status, log_likelihood = online_em_step(
+            stats, log_weights, mu, kappa, status, log_likelihood = _stepwise.online_em_step(
                 *online,
                 data,
                 np.float64(step_size),
@@ -390,7 +360,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                 np.float64(self.kappa_max),
                 shared_kappa=bool(self.shared_kappa),
             )
-            self._online = _OnlineState(stats, log_weights, mu, kappa)
+            self._online = _stepwise._OnlineState(stats, log_weights, mu, kappa)
             mu_host = np.asarray(mu)
         weights = np.exp(np.asarray(log_weights))
         self.weights_ = weights / weights.sum()
@@ -414,15 +384,15 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             )
         return self
 
-    def _set_from_batch(self, state: EMState) -> int:
+    def _set_from_batch(self, state: _em.EMState) -> int:
         """Keep the best healthy run (largest penalised bound); warn about the others."""
-        state = EMState(*(np.asarray(a) for a in state))
+        state = _em.EMState(*(np.asarray(a) for a in state))
         statuses, bound = state.status, state.bound
         healthy = statuses == Status.OK
         candidates = np.where(healthy, bound, -np.inf) if healthy.any() else bound
         best = _mixture.best_run(candidates, float(self.tol))
         _mixture.warn_degenerate(statuses, type(self).__name__, stacklevel=5)
-        run = _take(state, best)
+        run = _em._take(state, best)
         self._best_state = run
         weights = np.exp(np.asarray(run.log_weights[0]))
         self.weights_ = weights / weights.sum()
@@ -556,7 +526,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                     new_beta = max(float(np.min(scores[eligible])), beta * (1 + min_rel_increase))
                     if not new_beta > beta:
                         new_beta = float(np.nextafter(beta, np.inf))
-                    warm = fresh_state(state.log_weights, state.mu, state.kappa)
+                    warm = _em.fresh_state(state.log_weights, state.mu, state.kappa)
                     new_state = self._run(warm, data, new_beta)
                     if int(new_state.status[0]) != Status.OK:
                         stop_reason = (
@@ -595,7 +565,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             stop_reason=stop_reason,
         )
 
-    def _record(self, state: EMState, beta: float) -> dict[str, Any]:
+    def _record(self, state: _em.EMState, beta: float) -> dict[str, Any]:
         mu = np.asarray(state.mu[0])
         weights = np.exp(np.asarray(state.log_weights[0]))
         total = float(state.log_likelihood[0])
