@@ -179,8 +179,8 @@ class BaseVMFEstimator(BaseEstimator):
     the parent's with ``**Parent._parameter_constraints``), call ``self._validate_params()``
     at the start of ``fit``, validate input with :meth:`_validate_directions` (2-D
     directional data) or their own check followed by
-    ``validate_data(self, X, skip_check_array=True)`` (other input), seed with
-    ``make_key(self.random_state)`` and guard fitted methods with
+    ``validate_data(self, X, skip_check_array=True)`` (other input), seed each fit with
+    ``self._make_key()`` (:func:`make_key` of ``random_state``) and guard fitted methods with
     :meth:`_check_is_fitted`. ``get_params``, ``set_params``, ``clone``, ``repr`` and
     pickling come from :class:`sklearn.base.BaseEstimator`.
 
