@@ -14,7 +14,13 @@ import scipy.stats
 from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf.models import kmle
-from bayesvmf.models.kmle import KMLEMixture, nearest_neighbor_retrieval
+from bayesvmf.models.kmle import (
+    KMLEMixture,
+    _kernel,
+    _seeding,
+    _wishart,
+    nearest_neighbor_retrieval,
+)
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "results"
@@ -127,16 +133,16 @@ def speed(n=10_000, d=6, k=5, seed=0):
 
 
 def _stats(X):
-    X, log_det = kmle._check_spd_matrices(X)
+    X, log_det = _wishart._check_spd_matrices(X)
     return np.concatenate([log_det[:, None], X.reshape(len(X), -1)], 1)
 
 
 def _burg(X):
-    return partial(kmle._wishart_seed_divergence, _stats(X))  # the seeding divergence of fit()
+    return partial(_seeding._wishart_seed_divergence, _stats(X))  # the seeding divergence of fit()
 
 
 def _geometry(X):
-    return kmle._seeding_geometry(kmle.WISHART, _stats(X))  # the geometry of fit()
+    return _seeding._seeding_geometry(_kernel.WISHART, _stats(X))  # the geometry of fit()
 
 
 def dp_sets():
@@ -181,16 +187,16 @@ def gain_path(geometry, n, rng, n_steps):
     <= lam), so the gains show where any lam would stop.
     """
     seed = int(rng.integers(n))
-    centres, _, best = kmle._bregman_kmeans(
-        geometry, geometry.point(seed)[None], kmle._LLOYD_MAX_ITER
+    centres, _, best = _seeding._bregman_kmeans(
+        geometry, geometry.point(seed)[None], _seeding._LLOYD_MAX_ITER
     )
     gains = []
     for _ in range(n_steps):
         loss = best.sum()
         trial = None
-        for c in rng.choice(n, size=kmle._GAIN_CANDIDATES, p=best / loss):
+        for c in rng.choice(n, size=_seeding._GAIN_CANDIDATES, p=best / loss):
             grown = np.concatenate([centres, geometry.point(c)[None]])
-            fitted = kmle._bregman_kmeans(geometry, grown, kmle._LLOYD_MAX_ITER)
+            fitted = _seeding._bregman_kmeans(geometry, grown, _seeding._LLOYD_MAX_ITER)
             if fitted is not None and (trial is None or fitted[2].sum() < trial[2].sum()):
                 trial = fitted
         if trial is None:
@@ -332,7 +338,7 @@ def main():
     OUT.mkdir(exist_ok=True)
     (OUT / "kmle.json").write_text(json.dumps(results, indent=2))
     lines = [
-        "# k-MLE benchmark (models/kmle.py)",
+        "# k-MLE benchmark (models/kmle/)",
         "",
         "## Retrieval: 1-NN accuracy on the published test split",
         "",

@@ -16,6 +16,7 @@ from bayesvmf._mixture import TRACE_COUNTS
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import DirichletVMFMixture
 from bayesvmf.models import dirichlet as dv
+from bayesvmf.models.dirichlet import _corpus, _gibbs, _svi, _vem
 
 
 # ------------------------------------------------------------------ planted data (NumPy only)
@@ -97,7 +98,7 @@ def test_planted_topics_recovered(planted_data, planted_fit):
 def test_bound_monotone_from_poor_start(planted_data):
     """Every VEM iteration is exact coordinate ascent: the bound never decreases."""
     docs, _, _ = planted_data
-    X, w, offsets = dv._check_documents(docs[:100], None, normalize=True, n_features=None)
+    X, w, offsets = _corpus._check_documents(docs[:100], None, normalize=True, n_features=None)
     rng = np.random.default_rng(3)
     with jax.enable_x64(True):
         corpus = dv.prepare_corpus(X, w * rng.integers(1, 4, size=w.shape), offsets)
@@ -107,7 +108,7 @@ def test_bound_monotone_from_poor_start(planted_data):
         state = dv.VEMState(jnp.asarray(mu), jnp.ones(6), jnp.full((100, 6), 7.0))
         bounds = []
         for _ in range(40):
-            state, info = dv._vem_step(state, corpus, hyper)
+            state, info = _vem._vem_step(state, corpus, hyper)
             bounds.append(float(info.lower_bound))
     bounds = np.array(bounds)
     # float64 round-off on a sum of ~1e5 terms of size ~1e2: relative 1e-12 is generous
@@ -142,7 +143,7 @@ def test_bound_matches_independent_formula(rng):
     docs = [rng.normal(size=(n, 4)) for n in (3, 5, 2)]
     docs = [x / np.linalg.norm(x, axis=1, keepdims=True) for x in docs]
     weights = [rng.integers(1, 5, size=len(x)).astype(float) for x in docs]
-    X, w, offsets = dv._check_documents(docs, weights, normalize=False, n_features=None)
+    X, w, offsets = _corpus._check_documents(docs, weights, normalize=False, n_features=None)
     mu = rng.normal(size=(2, 4))
     mu /= np.linalg.norm(mu, axis=1, keepdims=True)
     kappa = np.array([2.0, 5.0])
@@ -151,7 +152,7 @@ def test_bound_matches_independent_formula(rng):
     with jax.enable_x64(True):
         corpus = dv.prepare_corpus(X, w, offsets)
         state = dv.VEMState(jnp.asarray(mu), jnp.asarray(kappa), jnp.asarray(phi))
-        new, info = dv._vem_step(state, corpus, dv.VEMHyper(jnp.float64(alpha), jnp.float64(1e6)))
+        new, info = _vem._vem_step(state, corpus, dv.VEMHyper(jnp.float64(alpha), jnp.float64(1e6)))
     # recompute pi with the OLD phi (eq. (9)), then evaluate the bound at the NEW state
     resp = []
     for i, x in enumerate(docs):
@@ -400,7 +401,7 @@ def test_z_sweep_matches_exact_enumeration():
     with jax.enable_x64(True):
         hyper = dv.GibbsHyper(jnp.float64(0.5), jnp.asarray(prior), 1.0, 0.01, 1e6)
         z0 = jnp.zeros(6, jnp.int32)
-        dt, tc, res = dv._statistics(jnp.asarray(x), jnp.asarray(doc), z0, 2, 2)
+        dt, tc, res = _gibbs._statistics(jnp.asarray(x), jnp.asarray(doc), z0, 2, 2)
         state = dv.GibbsState(z0, dt, tc, res, jnp.asarray(kappa), jnp.zeros(2))
 
         @jax.jit
@@ -413,7 +414,7 @@ def test_z_sweep_matches_exact_enumeration():
 
         trace = run(jax.random.key(3), state)
         # the carried statistics equal those recomputed from z after every sweep
-        again = jax.vmap(lambda z: dv._statistics(jnp.asarray(x), jnp.asarray(doc), z, 2, 2))(
+        again = jax.vmap(lambda z: _gibbs._statistics(jnp.asarray(x), jnp.asarray(doc), z, 2, 2))(
             trace.z
         )
         np.testing.assert_allclose(np.asarray(trace.doc_topic), np.asarray(again[0]), atol=1e-9)
@@ -531,11 +532,11 @@ def test_svi_step_matches_numpy_reference(stream_data, stream):
     rng = np.random.default_rng(3)
     resp_sum0, resultant0 = rng.uniform(1, 2, k), rng.normal(size=(k, d))
     rho, scale = 0.3, 7.0
-    X, w, offsets = dv._check_documents(train, None, normalize=True, n_features=d)
+    X, w, offsets = _corpus._check_documents(train, None, normalize=True, n_features=d)
     with jax.enable_x64(True):
         corpus, n_docs = dv.padded_corpus(X, w, offsets)
         assert corpus.X.shape[0] > X.shape[0] and corpus.doc_weight.shape[0] > n_docs
-        stats, new_mu, new_kappa, _, phi, bound = dv._svi_step(
+        stats, new_mu, new_kappa, _, phi, bound = _svi._svi_step(
             dv.SVIStats(jnp.asarray(resp_sum0), jnp.asarray(resultant0)),
             jnp.asarray(mu),
             jnp.asarray(kappa),

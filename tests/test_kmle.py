@@ -24,7 +24,15 @@ from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf import ConvergenceWarning
 from bayesvmf.models import kmle
-from bayesvmf.models.kmle import KMLEMixture, cauchy_schwarz_divergence
+from bayesvmf.models.kmle import (
+    KMLEMixture,
+    _kernel,
+    _retrieval,
+    _seeding,
+    _special,
+    _wishart,
+    cauchy_schwarz_divergence,
+)
 
 D = 3
 SCALES = [
@@ -59,14 +67,14 @@ def fitted3(three_clusters):
 
 def test_digamma_matches_scipy():
     x = np.concatenate([np.geomspace(1e-12, 1e8, 200), np.linspace(0.5, 3, 51)])
-    got = np.asarray(jax.jit(kmle._digamma)(jnp.asarray(x)))
+    got = np.asarray(jax.jit(_special._digamma)(jnp.asarray(x)))
     # absolute-or-relative 4 ulp-ish: the asymptotic tail is below 1e-15 relative
     np.testing.assert_allclose(got, scipy.special.digamma(x), rtol=2e-15, atol=2e-15)
 
 
 def test_trigamma_matches_scipy():
     x = np.geomspace(1e-10, 1e6, 200)
-    got = np.asarray(jax.jit(kmle._trigamma)(jnp.asarray(x)))
+    got = np.asarray(jax.jit(_special._trigamma)(jnp.asarray(x)))
     # documented absolute error < 1e-10 (it only steers Newton steps)
     np.testing.assert_allclose(got, scipy.special.polygamma(1, x), rtol=1e-10, atol=1e-10)
 
@@ -199,7 +207,7 @@ def _stats(X):
 
 
 def test_bucketed_sizes():
-    assert [kmle._bucket(n, 16) for n in (1, 16, 17, 40, 60, 100, 300, 10_000)] == [
+    assert [_kernel._bucket(n, 16) for n in (1, 16, 17, 40, 60, 100, 300, 10_000)] == [
         16,
         16,
         20,
@@ -209,13 +217,13 @@ def test_bucketed_sizes():
         320,
         10_240,
     ]
-    assert [kmle._bucket(k, 4) for k in (1, 3, 4, 5, 8, 9)] == [4, 4, 4, 5, 8, 10]
+    assert [_kernel._bucket(k, 4) for k in (1, 3, 4, 5, 8, 9)] == [4, 4, 4, 5, 8, 10]
 
 
 def test_fits_of_nearby_sizes_reuse_the_compiled_programs(three_clusters, fitted3):
     """290 or 300 matrices, K = 2 or 3: the same padded shape (320, 4), no recompilation."""
     X, _ = three_clusters
-    jitted = (kmle._init_state, kmle._hartigan_sweep, kmle._set_weights)
+    jitted = (_kernel._init_state, _kernel._hartigan_sweep, _kernel._set_weights)
     before = [f._cache_size() for f in jitted]
     model = KMLEMixture(n_components=2, random_state=0).fit(X[:290])
     assert model.labels_.shape == (290,) and model.n_components_ == 2
@@ -229,15 +237,17 @@ def test_objective_never_decreases_after_any_single_transfer(three_clusters):
     labels = rng.integers(0, 3, size=n)
     cap, tol = jnp.asarray(1e6), jnp.asarray(1e-9)
     # the padded start used by fit (rows 300 -> 320, components 3 -> 4)
-    data, state = kmle._start(kmle.WISHART, _stats(X), labels, 3, cap)
+    data, state = _kernel._start(_kernel.WISHART, _stats(X), labels, 3, cap)
     n_pad = state.labels.shape[0]
-    values = [float(kmle._complete_log_likelihood(state))]
+    values = [float(_kernel._complete_log_likelihood(state))]
     for _ in range(40):
-        perms = kmle._visit_orders(rng, n, n_pad)
-        state, info = kmle._hartigan_sweep(kmle.WISHART, state, data, perms, cap, tol, jnp.int32(1))
-        values.append(float(kmle._complete_log_likelihood(state)))
+        perms = _kernel._visit_orders(rng, n, n_pad)
+        state, info = _kernel._hartigan_sweep(
+            _kernel.WISHART, state, data, perms, cap, tol, jnp.int32(1)
+        )
+        values.append(float(_kernel._complete_log_likelihood(state)))
         # the carried statistics equal those recomputed from the labels
-        _, fresh = kmle._start(kmle.WISHART, _stats(X), np.asarray(state.labels)[:n], 3, cap)
+        _, fresh = _kernel._start(_kernel.WISHART, _stats(X), np.asarray(state.labels)[:n], 3, cap)
         np.testing.assert_allclose(state.agg, fresh.agg, rtol=1e-12)
         np.testing.assert_allclose(state.params.dof[:3], fresh.params.dof[:3], rtol=1e-9)
         # padding never moves and the unused component never receives a point
@@ -256,11 +266,13 @@ def test_singleton_is_never_emptied(three_clusters):
     labels[0] = 2
     # with dof capped near the data's 15 the singleton's own density stays moderate
     cap, tol = jnp.asarray(16.0), jnp.asarray(1e-9)
-    data, state = kmle._start(kmle.WISHART, _stats(X), labels, 3, cap)
+    data, state = _kernel._start(_kernel.WISHART, _stats(X), labels, 3, cap)
     score = np.asarray(state.log_lik[0] + state.log_weights)
     assert score.argmax() != 2  # it prefers another cluster...
     perms = jnp.asarray(np.tile(np.arange(state.labels.shape[0]), (8, 1)))
-    state, _ = kmle._hartigan_sweep(kmle.WISHART, state, data, perms, cap, tol, jnp.int32(10**6))
+    state, _ = _kernel._hartigan_sweep(
+        _kernel.WISHART, state, data, perms, cap, tol, jnp.int32(10**6)
+    )
     assert int(state.labels[0]) == 2  # ...but line 11 keeps it
     assert np.all(np.asarray(state.counts)[:3] >= 1)
 
@@ -307,9 +319,9 @@ def test_convergence_warning_with_max_iter_1(three_clusters):
 
 
 def _seed_divergence(X):
-    X, log_det = kmle._check_spd_matrices(X)
+    X, log_det = _wishart._check_spd_matrices(X)
     stats = np.concatenate([log_det[:, None], X.reshape(len(X), -1)], 1)
-    return partial(kmle._wishart_seed_divergence, stats)
+    return partial(_seeding._wishart_seed_divergence, stats)
 
 
 def test_seed_divergence_is_burg_divergence(rng):
@@ -368,9 +380,9 @@ def test_share_rule_finds_the_number_of_clusters_only_sometimes(unequal_clusters
 
 
 def _geometry(X):
-    X, log_det = kmle._check_spd_matrices(X)
+    X, log_det = _wishart._check_spd_matrices(X)
     stats = np.concatenate([log_det[:, None], X.reshape(len(X), -1)], 1)
-    return kmle._seeding_geometry(kmle.WISHART, stats)
+    return _seeding._seeding_geometry(_kernel.WISHART, stats)
 
 
 def _chosen_k(X, lam, n_seeds=20):
@@ -446,8 +458,8 @@ def test_gain_rule_vmf_dense_and_sparse_agree():
     y = np.repeat(np.arange(3), 100)
     runs = {}
     for name, data in (("dense", X), ("sparse", scipy.sparse.csr_matrix(X))):
-        geometry = kmle._seeding_geometry(
-            kmle.VMF_SPARSE if name == "sparse" else kmle.VMF_DENSE, data
+        geometry = _seeding._seeding_geometry(
+            _kernel.VMF_SPARSE if name == "sparse" else _kernel.VMF_DENSE, data
         )
         runs[name] = kmle.dp_kmle_gain(geometry, len(X), np.random.default_rng(1), lam=0.25)
     np.testing.assert_array_equal(runs["dense"][0], runs["sparse"][0])
@@ -482,7 +494,7 @@ def test_cauchy_schwarz_matrix_matches_pairwise_formula(three_clusters, fitted3)
 
     def log_inner(a, b):
         log_w = np.log(a.weights_)[:, None] + np.log(b.weights_)[None, :]
-        return scipy.special.logsumexp(log_w + kmle._log_inner_products(a, b))
+        return scipy.special.logsumexp(log_w + _retrieval._log_inner_products(a, b))
 
     M = kmle.cauchy_schwarz_matrix(mixtures)
     for i, a in enumerate(mixtures):
@@ -515,7 +527,7 @@ def test_cauchy_schwarz_inner_product_matches_monte_carlo(three_clusters, fitted
     """int p_j q_j' = E_{X ~ p_j}[q_j'(X)], checked by Monte Carlo on one pair."""
     X, _ = three_clusters
     other = KMLEMixture(n_components=1, random_state=0).fit(X * 1.2)
-    log_inner = kmle._log_inner_products(fitted3, other)
+    log_inner = _retrieval._log_inner_products(fitted3, other)
     rng = np.random.default_rng(11)
     j = 0
     samples = scipy.stats.wishart(fitted3.dof_[j], fitted3.scale_[j]).rvs(20_000, random_state=rng)
