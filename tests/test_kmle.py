@@ -1,4 +1,4 @@
-"""Tests of models/kmle.py: Wishart family, Algorithm 1, k-MLE (Algorithm 2), DP-k-MLE++
+"""Tests of models/kmle/: Wishart family, Algorithm 1, k-MLE (Algorithm 2), DP-k-MLE++
 (Algorithm 3), the Cauchy-Schwarz divergence and the retrieval helper.
 
 Compilation dominates the run time of this file, so the tests share compiled programs on
@@ -235,7 +235,8 @@ def test_objective_never_decreases_after_any_single_transfer(three_clusters):
     n = len(X)
     rng = np.random.default_rng(3)
     labels = rng.integers(0, 3, size=n)
-    cap, tol = jnp.asarray(1e6), jnp.asarray(1e-9)
+    # (min_dof, max_dof): min_dof = d - 1 = 2 is the unconstrained MLE
+    cap, tol = jnp.asarray([2.0, 1e6]), jnp.asarray(1e-9)
     # the padded start used by fit (rows 300 -> 320, components 3 -> 4)
     data, state = _kernel._start(_kernel.WISHART, _stats(X), labels, 3, cap)
     n_pad = state.labels.shape[0]
@@ -265,7 +266,7 @@ def test_singleton_is_never_emptied(three_clusters):
     labels[200:] = 1
     labels[0] = 2
     # with dof capped near the data's 15 the singleton's own density stays moderate
-    cap, tol = jnp.asarray(16.0), jnp.asarray(1e-9)
+    cap, tol = jnp.asarray([2.0, 16.0]), jnp.asarray(1e-9)
     data, state = _kernel._start(_kernel.WISHART, _stats(X), labels, 3, cap)
     score = np.asarray(state.log_lik[0] + state.log_weights)
     assert score.argmax() != 2  # it prefers another cluster...
@@ -603,6 +604,13 @@ def test_nan_non_symmetric_non_spd_are_rejected_and_input_is_untouched(rng):
         ({"tol": -1.0}, "tol must be a positive finite number; got tol=-1.0"),
         ({"max_dof": np.inf}, "max_dof must be a positive finite number; got max_dof=inf"),
         (
+            {"min_dof": 2.0},
+            "min_dof must exceed d = 2 (otherwise the Cauchy-Schwarz divergence between "
+            "fitted mixtures can diverge); got min_dof=2.0",
+        ),
+        ({"min_dof": np.nan}, "min_dof must be a finite number or None; got min_dof=nan"),
+        ({"max_dof": 2.5}, "max_dof must exceed min_dof = 3.0; got max_dof=2.5"),
+        (
             {"random_state": -3},
             "random_state must be a non-negative integer or None; got random_state=-3",
         ),
@@ -662,6 +670,149 @@ def test_basic_motions_retrieval_beats_chance():
         train, y[split == 0], test, window_sizes=(25, 50), step=25, n_components=2
     )
     assert np.mean(pred == y[split == 1]) >= 0.9
+
+
+# ------------------------------------------------------- degrees of freedom above d (issue 18)
+
+
+def spread_energy(rng, n=120, d=3, spread=1.5):
+    """Wishart(10, I) matrices times scale factors exp(spread * N(0, 1)): windows of a signal
+    whose energy varies by orders of magnitude, where the unconstrained dof falls below d."""
+    W = scipy.stats.wishart(10, np.eye(d)).rvs(n, random_state=rng)
+    return W * np.exp(spread * rng.normal(size=n))[:, None, None]
+
+
+def test_min_dof_is_the_constrained_maximum(rng):
+    X = spread_energy(rng)
+    d, n = 3, len(X)
+    dof_free, _, _ = kmle.wishart_mle(X)
+    assert dof_free < d  # the case of issue 18: the MLE leaves the CS-finite region
+    log_det = np.linalg.slogdet(X)[1]
+    args = (np.array([n * 1.0]), log_det.sum()[None], X.sum(0)[None])
+    with jax.enable_x64(True):
+        free = kmle.wishart_mle_from_stats(*args)
+        bound = kmle.wishart_mle_from_stats(*args, min_dof=d + 1.0)
+    np.testing.assert_allclose(free.dof[0], dof_free, rtol=1e-5)
+    assert float(bound.dof[0]) == d + 1.0
+
+    def mean_loglik(dof):  # profile likelihood: S from eq. (4) at this dof
+        scale = X.sum(0) / (n * dof)
+        return np.mean(scipy.stats.wishart(dof, scale).logpdf(np.moveaxis(X, 0, -1)))
+
+    # the bound is the maximiser over dof >= d + 1 (the profile decreases beyond the root)
+    grid = d + 1.0 + np.array([1e-3, 0.1, 1.0, 5.0])
+    assert all(mean_loglik(d + 1.0) > mean_loglik(g) for g in grid)
+    with pytest.raises(ValueError) as err:
+        kmle.wishart_mle_from_stats(*args, min_dof=2.0)
+    assert (
+        str(err.value) == "min_dof must lie in (d - 1, max_dof) = (2, 1000000.0); got min_dof=2.0"
+    )
+
+
+def test_kmle_keeps_every_dof_above_d_and_cauchy_schwarz_finite(rng):
+    d = 3
+    samples = [spread_energy(rng), spread_energy(rng, spread=2.0)]
+    models = [KMLEMixture(n_components=2, random_state=0).fit(X) for X in samples]
+    dofs = np.concatenate([m.dof_ for m in models])
+    assert np.all(dofs >= d + 1.0) and np.any(dofs == d + 1.0)  # the bound binds
+    for m in models:  # the constrained MLE keeps k-MLE monotone
+        assert np.all(np.diff(m.lower_bounds_) >= -1e-12 * np.abs(m.lower_bounds_[:-1]))
+    cs = kmle.cauchy_schwarz_matrix(models)
+    assert np.all(np.isfinite(cs)) and np.all(cs >= -1e-10)
+    np.testing.assert_allclose(np.diag(cs), 0.0, atol=1e-10)
+    looser = KMLEMixture(n_components=2, min_dof=3.5, random_state=0).fit(samples[0])
+    assert np.all(looser.dof_ >= 3.5)
+    # any min_dof > d keeps the divergence finite, also across mixtures of different bounds
+    assert np.all(np.isfinite(kmle.cauchy_schwarz_matrix([looser], models)))
+
+
+def test_short_windows_need_shrinkage(rng):
+    x = rng.normal(size=(30, 4))
+    with pytest.raises(ValueError) as err:
+        kmle.windowed_cross_products(x, window_sizes=(4,), step=2, shrinkage=0.0)
+    assert str(err.value) == (
+        "a window of 4 samples has a centred cross-product of rank at most 3 < d = 4: not "
+        "positive definite. Use windows of at least d + 1 = 5 samples or shrinkage > 0"
+    )
+    # a series shorter than the window is one window of its own length
+    with pytest.raises(ValueError, match="a window of 3 samples"):
+        kmle.windowed_cross_products(x[:3], window_sizes=(20,), step=2, shrinkage=0.0)
+    assert kmle.windowed_cross_products(x, window_sizes=(5,), step=5, shrinkage=0.0).shape == (
+        6,
+        4,
+        4,
+    )
+    for kwargs, message in [
+        ({"window_sizes": (1,)}, "window_sizes must be integers of at least 2; got (1,)"),
+        ({"step": 0}, "step must be a positive integer; got step=0"),
+        ({"shrinkage": -1.0}, "shrinkage must be a finite number >= 0; got shrinkage=-1.0"),
+    ]:
+        with pytest.raises(ValueError) as err:
+            kmle.windowed_cross_products(x, **{"window_sizes": (5,), "step": 5, **kwargs})
+        assert str(err.value) == message
+    with pytest.raises(ValueError) as err:
+        kmle.windowed_cross_products(x[:1], window_sizes=(5,), step=5)
+    assert str(err.value) == "series has 1 time steps; a centred window needs at least 2"
+
+
+def load_series(folder, name):
+    arch = np.load(folder / f"{name}.series.npz")
+    data, offsets = arch["data"], arch["offsets"]
+    return [data[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+@pytest.mark.data
+def test_basic_motions_sample_covariance_windows_give_finite_cauchy_schwarz():
+    """Issue 18's reproduction: series 1 of BasicMotions, windows of 20 samples (step 10),
+    sample covariances, 2 components, had a component with dof 5.98 < d = 6, so
+    cauchy_schwarz_divergence raised; series 6, 9 had 6.08, 6.41."""
+    folder = shared_data_or_skip("BasicMotions.series.npz")
+    series = load_series(folder, "BasicMotions")
+    models = []
+    for i in (1, 6, 9):
+        s = series[i]
+        X = np.asarray([np.cov(s[a : a + 20], rowvar=False) for a in range(0, 81, 10)])
+        models.append(KMLEMixture(n_components=2, random_state=0).fit(X))
+    assert all(np.all(m.dof_ >= 7.0) for m in models)
+    cs = kmle.cauchy_schwarz_matrix(models)
+    assert np.all(np.isfinite(cs)) and np.all(cs >= -1e-10)
+    assert np.isfinite(cauchy_schwarz_divergence(models[0], models[0]))
+
+
+MULTICHANNEL = {
+    "BasicMotions": 6,
+    "JapaneseVowels": 12,
+    "SelfRegulationSCP1": 6,
+    "EyesOpenShut": 14,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.data
+@pytest.mark.parametrize("name", sorted(MULTICHANNEL))
+def test_retrieval_on_every_multichannel_set(name):
+    """Windows of 10, 20 and 50 samples, no error: windows shorter than d + 1 (and
+    JapaneseVowels series shorter than the window, down to 7 samples for d = 12) are SPD by
+    the default shrinkage; the fitted dof > d keeps every divergence finite. Three training
+    and three test series per set, the shortest ones first (the benchmark runs all)."""
+    folder = shared_data_or_skip(f"{name}.series.npz", f"{name}.y.npy", f"{name}.split.npy")
+    series = load_series(folder, name)
+    y, split = np.load(folder / f"{name}.y.npy"), np.load(folder / f"{name}.split.npy")
+    assert series[0].shape[1] == MULTICHANNEL[name]
+    order = np.argsort([len(s) for s in series], kind="stable")
+    train = [i for i in order if split[i] == 0][:3]
+    test = [i for i in order if split[i] == 1][:3]
+    for w in (10, 20, 50):
+        pred, div = kmle.nearest_neighbor_retrieval(
+            [series[i] for i in train],
+            y[train],
+            [series[i] for i in test],
+            window_sizes=(w,),
+            step=max(w // 2, 1),
+            n_components=2,
+        )
+        assert div.shape == (3, 3) and np.all(np.isfinite(div)) and np.all(div >= -1e-10)
+        assert set(pred) <= set(y[train])
 
 
 @pytest.mark.slow

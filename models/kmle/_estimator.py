@@ -122,6 +122,19 @@ class KMLEMixture:
     max_dof : float, default=1e6
         Cap on the Wishart degrees of freedom (reached by clusters of identical matrices,
         e.g. singletons, whose likelihood is otherwise unbounded).
+    min_dof : float or None, default=None
+        Lower bound on every Wishart component's degrees of freedom; None means
+        :math:`d + 1`; a value must exceed :math:`d` (and stay below ``max_dof``). **Why:**
+        the Cauchy-Schwarz integral :math:`\int p_j p'_{j'}` is finite only if
+        :math:`n_j + n'_{j'} > 2d` (module docstring), and :math:`\int m^2` needs it for
+        :math:`j = j'`, so :math:`n_j > d` for every component is exactly what makes
+        :func:`cauchy_schwarz_divergence` finite between any two fitted mixtures of one
+        dimension. The unconstrained MLE can fall below it (5.98 for :math:`d = 6` on
+        windows of BasicMotions). :math:`d + 1` keeps a margin: pairs then sum to at least
+        :math:`2d + 2`, one unit from the pole of :math:`\Gamma_d`, and every component has
+        :math:`\theta_n \ge 0` (a bounded density with a mode :math:`(n - d - 1)S`). The
+        constrained estimate is the exact maximiser over :math:`n \ge` ``min_dof``, so
+        k-MLE stays monotone.
     kappa_max : float, default=1e6
         Cap on the vMF concentration (same reason).
     normalize : bool, default=True
@@ -175,6 +188,7 @@ class KMLEMixture:
         max_iter: int = 100,
         tol: float = 1e-9,
         max_dof: float = 1e6,
+        min_dof: float | None = None,
         kappa_max: float = 1e6,
         normalize: bool = True,
         random_state: int | None = None,
@@ -186,6 +200,7 @@ class KMLEMixture:
         self.max_iter = max_iter
         self.tol = tol
         self.max_dof = max_dof
+        self.min_dof = min_dof
         self.kappa_max = kappa_max
         self.normalize = normalize
         self.random_state = random_state
@@ -217,6 +232,11 @@ class KMLEMixture:
                 or not (v > 0 and np.isfinite(v))
             ):
                 raise ValueError(f"{name} must be a positive finite number; got {name}={v!r}")
+        v = self.min_dof
+        if v is not None and (
+            isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v)
+        ):
+            raise ValueError(f"min_dof must be a finite number or None; got min_dof={v!r}")
         rs = self.random_state
         if rs is not None and (
             isinstance(rs, bool) or not isinstance(rs, numbers.Integral) or rs < 0
@@ -225,14 +245,24 @@ class KMLEMixture:
                 f"random_state must be a non-negative integer or None; got random_state={rs!r}"
             )
 
+    def _min_dof(self, d):
+        """Return the lower bound on the degrees of freedom: ``min_dof``, or d + 1 if None."""
+        return d + 1.0 if self.min_dof is None else float(self.min_dof)
+
     def _prepare(self, X, *, fitting):
         """Check X; return (host data for seeding, device tuple, family, dimension)."""
         if self.family == "wishart":
             X, log_det = _check_spd_matrices(X)
             d = X.shape[1]
-            if fitting and self.max_dof <= d - 1:
+            if fitting and self.min_dof is not None and self.min_dof <= d:
                 raise ValueError(
-                    f"max_dof must exceed d - 1 = {d - 1}; got max_dof={self.max_dof!r}"
+                    f"min_dof must exceed d = {d} (otherwise the Cauchy-Schwarz divergence "
+                    f"between fitted mixtures can diverge); got min_dof={self.min_dof!r}"
+                )
+            if fitting and self._min_dof(d) >= self.max_dof:
+                raise ValueError(
+                    f"max_dof must exceed min_dof = {self._min_dof(d)!r}; "
+                    f"got max_dof={self.max_dof!r}"
                 )
             if not fitting and d != self._dim:
                 raise ValueError(
@@ -284,7 +314,10 @@ class KMLEMixture:
                     divergence, n, rng, lam=self.lam, n_components=self.n_components
                 )
             k = len(seeds)
-            cap = jnp.asarray(float(self.max_dof if family is WISHART else self.kappa_max))
+            if family is WISHART:
+                cap = jnp.asarray([self._min_dof(d), float(self.max_dof)])
+            else:
+                cap = jnp.asarray(float(self.kappa_max))
             tol = jnp.asarray(float(self.tol))
             max_transfers = jnp.asarray(np.iinfo(np.int32).max, jnp.int32)
             # rows and components are padded to bucketed sizes (see _bucket) so that fits

@@ -35,7 +35,9 @@ class Family(NamedTuple):
     row : callable
         ``row(data, i) -> (p,)``: the summed-statistics increment of observation ``i``.
     mle : callable
-        ``mle(counts (K,), agg (K, p), cap) -> params`` (leading axis K).
+        ``mle(counts (K,), agg (K, p), cap) -> params`` (leading axis K); ``cap`` holds
+        the family's parameter bounds: ``(min_dof, max_dof)`` (Wishart) or ``kappa_max``
+        (vMF).
     log_lik : callable
         ``log_lik(data, params) -> (N, K)`` log-densities.
     n_row_arrays : int
@@ -56,6 +58,7 @@ def _wishart_split_agg(agg):
 
 
 def _wishart_mle_agg(counts, agg, cap):
+    # cap = (min_dof, max_dof): min_dof > d keeps every Cauchy-Schwarz integral finite
     sum_log_det, scatter = _wishart_split_agg(agg)
     return _wishart_mle_from_stats(counts, sum_log_det, scatter, cap)
 
@@ -206,8 +209,8 @@ def init_state(family: Family, data, labels, valid, n_components: int, cap) -> K
         True for the rows of the sample.
     n_components : int
         ``K_pad`` (static).
-    cap : float
-        ``max_dof`` (Wishart) or ``kappa_max`` (vMF).
+    cap : float array
+        ``(min_dof, max_dof)`` (Wishart) or ``kappa_max`` (vMF).
 
     Returns
     -------
@@ -266,7 +269,7 @@ def hartigan_sweep(family: Family, state: KMLEState, data, perms, cap, tol, max_
     perms : int array of shape (n_passes, N_pad)
         Visit orders, one row per pass (random permutations drawn by the caller).
     cap : float array
-        ``max_dof`` or ``kappa_max``.
+        ``(min_dof, max_dof)`` (Wishart) or ``kappa_max`` (vMF).
     tol : float array
         Smallest gain, in log-likelihood units, that counts as an improvement.
     max_transfers : int array

@@ -148,7 +148,9 @@ def cauchy_schwarz_divergence(a: KMLEMixture, b: KMLEMixture) -> float:
     paper's display, makes :math:`CS(m:m) = 0`; :math:`CS \ge 0` by the Cauchy-Schwarz
     inequality and it is symmetric. For Wishart mixtures every pair of components must
     have :math:`n_j + n'_{j'} > 2d` (otherwise :math:`\theta_j + \theta'_{j'}` leaves the
-    natural parameter space and the integral diverges).
+    natural parameter space and the integral diverges); :class:`KMLEMixture` guarantees it
+    by fitting every :math:`n_j \ge` ``min_dof`` :math:`> d`, so the divergence is finite
+    between any two mixtures it fitted on matrices of one dimension.
 
     Parameters
     ----------
@@ -210,21 +212,38 @@ def windowed_cross_products(series, window_sizes, step, shrinkage=1e-3):
     :math:`0, s, 2s, \dots` the window :math:`\mathbb X` (:math:`w \times d`) is centred
     column-wise (footnote 3 of [1]_) and :math:`X = \mathbb X^\top \mathbb X` is kept;
     a window longer than the series is replaced by the whole series. Shrinkage
-    :math:`X + \epsilon\, \mathrm{tr}(X)/d\, I` makes rank-deficient windows (fewer time
-    steps than channels) SPD.
+    :math:`X + \epsilon\, \mathrm{tr}(X)/d\, I` makes rank-deficient windows SPD.
+
+    **Short windows.** A centred window of :math:`w` samples has rank at most
+    :math:`w - 1`, so it is positive definite only for :math:`w \ge d + 1`. Shorter windows
+    (and series shorter than the window and than :math:`d + 1`, e.g. 134 of the 640
+    JapaneseVowels series, :math:`d = 12`) are accepted when ``shrinkage > 0``: their
+    matrices are then SPD through the shrinkage alone, and the Wishart fit of
+    :class:`KMLEMixture` stays well posed (its ``min_dof`` > d, not the window length, is
+    what keeps the Cauchy-Schwarz divergence finite). With ``shrinkage=0`` they raise a
+    ``ValueError`` naming the window length and :math:`d`.
 
     Parameters
     ----------
     series : array of shape (n_times, d)
+        At least 2 time steps, finite.
     window_sizes : sequence of int
+        Window lengths, each at least 2.
     step : int
-        Stride between window starts.
+        Stride between window starts, at least 1.
     shrinkage : float, default=1e-3
         :math:`\epsilon \ge 0`.
 
     Returns
     -------
     ndarray of shape (n_windows, d, d)
+
+    Raises
+    ------
+    ValueError
+        For a series that is not 2-D, is shorter than 2 samples or not finite, a window
+        length below 2, a step below 1, a negative shrinkage, or (with ``shrinkage=0``) a
+        window of fewer than :math:`d + 1` samples.
 
     Examples
     --------
@@ -237,10 +256,27 @@ def windowed_cross_products(series, window_sizes, step, shrinkage=1e-3):
     if series.ndim != 2:
         raise ValueError(f"series must be 2-D (n_times, d); got shape {series.shape}")
     n_times, d = series.shape
+    if n_times < 2:
+        raise ValueError(f"series has {n_times} time steps; a centred window needs at least 2")
+    if not np.isfinite(series).all():
+        raise ValueError("series contains NaN or infinity")
+    sizes = [int(w) for w in window_sizes]
+    if not sizes or min(sizes) < 2:
+        raise ValueError(f"window_sizes must be integers of at least 2; got {window_sizes!r}")
+    if int(step) < 1:
+        raise ValueError(f"step must be a positive integer; got step={step!r}")
+    if not (np.isfinite(shrinkage) and shrinkage >= 0):
+        raise ValueError(f"shrinkage must be a finite number >= 0; got shrinkage={shrinkage!r}")
     mats = []
-    for w in window_sizes:
-        w = min(int(w), n_times)
-        for start in range(0, n_times - w + 1, step):
+    for w in sizes:
+        w = min(w, n_times)
+        if w < d + 1 and shrinkage == 0:
+            raise ValueError(
+                f"a window of {w} samples has a centred cross-product of rank at most {w - 1} "
+                f"< d = {d}: not positive definite. Use windows of at least d + 1 = {d + 1} "
+                "samples or shrinkage > 0"
+            )
+        for start in range(0, n_times - w + 1, int(step)):
             window = series[start : start + w]
             window = window - window.mean(axis=0)
             mats.append(window.T @ window)
@@ -261,6 +297,7 @@ def nearest_neighbor_retrieval(
     lam=0.25,
     dp_rule="gain",
     max_dof=1e6,
+    min_dof=None,
     random_state=0,
 ):
     """Classify series by 1-NN under the Cauchy-Schwarz divergence between Wishart mixtures.
@@ -277,7 +314,7 @@ def nearest_neighbor_retrieval(
     y_train : array of shape (n_train,)
     window_sizes, step, shrinkage
         See :func:`windowed_cross_products`.
-    n_components, lam, dp_rule, max_dof, random_state
+    n_components, lam, dp_rule, max_dof, min_dof, random_state
         See :class:`KMLEMixture`.
 
     Returns
@@ -290,7 +327,12 @@ def nearest_neighbor_retrieval(
         mats = windowed_cross_products(s, window_sizes, step, shrinkage)
         k = None if n_components is None else min(n_components, len(mats))
         model = KMLEMixture(
-            n_components=k, lam=lam, dp_rule=dp_rule, max_dof=max_dof, random_state=random_state
+            n_components=k,
+            lam=lam,
+            dp_rule=dp_rule,
+            max_dof=max_dof,
+            min_dof=min_dof,
+            random_state=random_state,
         )
         return model.fit(mats)
 

@@ -32,12 +32,14 @@ def _solve_increasing(fun, target, t_lo, t_hi, max_iter=_ROOT_MAX_ITER):
 
     A safeguarded Newton method (``rtsafe``): Newton steps while they stay inside the
     current bracket, bisection otherwise, the bracket shrinking at every step. A target
-    above ``fun(t_hi)`` gives ``t_hi`` (the constrained solution); one below ``fun(t_lo)``
-    converges to ``t_lo`` by bisection (callers choose ``t_lo`` so that this cannot
-    happen in practice).
+    above ``fun(t_hi)`` gives ``t_hi`` and one at or below ``fun(t_lo)`` gives ``t_lo``: the
+    solution constrained to the bracket, which is the constrained maximiser wherever
+    ``fun(t) = target`` is the stationarity condition of a unimodal objective (the
+    Wishart degrees of freedom, :func:`~bayesvmf.models.kmle._wishart.wishart_mle_from_stats`).
     ``fun`` returns ``(value, derivative)``.
     """
     f_hi, _ = fun(t_hi)
+    f_lo, _ = fun(t_lo)
     t0 = jnp.clip(0.5 * (t_lo + t_hi), t_lo, t_hi)
 
     def cond(carry):
@@ -62,8 +64,9 @@ def _solve_increasing(fun, target, t_lo, t_hi, max_iter=_ROOT_MAX_ITER):
     hi = jnp.broadcast_to(t_hi, jnp.shape(target)).astype(t0.dtype)
     t0 = jnp.broadcast_to(t0, jnp.shape(target))
     above = target >= f_hi
-    _, _, t, _, _ = lax.while_loop(cond, body, (lo, hi, t0, jnp.int32(0), above))
-    return jnp.where(above, hi, t)
+    below = target <= f_lo
+    _, _, t, _, _ = lax.while_loop(cond, body, (lo, hi, t0, jnp.int32(0), above | below))
+    return jnp.where(above, hi, jnp.where(below, lo, t))
 
 
 def _digamma(x):

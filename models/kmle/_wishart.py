@@ -221,14 +221,16 @@ class WishartParams(NamedTuple):
     log_normalizer: Any
 
 
-def wishart_mle_from_stats(count, sum_log_det, scatter, max_dof=1e6):
+def wishart_mle_from_stats(count, sum_log_det, scatter, max_dof=1e6, min_dof=None):
     r"""Return the Wishart MLE from summed sufficient statistics (fixed point of Algorithm 1).
 
     With :math:`a = \frac1N\sum_i \log|X_i| - \log|\frac1N\sum_i X_i| \le 0`, the fixed point
     of eqs. (4)-(5) of [1]_ satisfies :math:`\Psi_d(n/2) - d\log(n/2) = a`, solved by the
-    bracketed root finder for :math:`n \in (d - 1, \text{max\_dof}]`; then eq. (4) gives
-    :math:`\theta_S = N n (\sum_i X_i)^{-1}` (module docstring). Vectorised over a leading
-    axis of clusters.
+    bracketed root finder for :math:`n \in [\text{min\_dof}, \text{max\_dof}]`; then eq. (4)
+    gives :math:`\theta_S = N n (\sum_i X_i)^{-1}` (module docstring). The profile
+    likelihood in :math:`n` is unimodal (it increases while :math:`\Psi_d(n/2) - d\log(n/2)
+    < a`), so a root outside the interval is replaced by the nearer end, the exact
+    constrained maximiser. Vectorised over a leading axis of clusters.
 
     Parameters
     ----------
@@ -240,11 +242,21 @@ def wishart_mle_from_stats(count, sum_log_det, scatter, max_dof=1e6):
         :math:`\sum_{i \in C_j} X_i`.
     max_dof : float, default=1e6
         Cap on :math:`n` (reached by clusters of identical matrices, e.g. singletons).
+    min_dof : float or None, default=None
+        Lower bound on :math:`n`, above :math:`d - 1`; None leaves only the family's own
+        :math:`n > d - 1` (the unconstrained MLE). :class:`KMLEMixture` passes
+        :math:`d + 1` by default so that every Cauchy-Schwarz integral between fitted
+        mixtures is finite (:data:`bayesvmf.models.kmle` module docstring).
 
     Returns
     -------
     WishartParams
         Degrees of freedom, natural parameters and log-normalisers.
+
+    Raises
+    ------
+    ValueError
+        If ``min_dof`` is not above :math:`d - 1` or not below ``max_dof``.
 
     Examples
     --------
@@ -254,22 +266,37 @@ def wishart_mle_from_stats(count, sum_log_det, scatter, max_dof=1e6):
     >>> p = wishart_mle_from_stats(np.array([3.0]), logdet.sum()[None], X.sum(0)[None])
     >>> bool(p.dof[0] > 1.0)
     True
+    >>> p = wishart_mle_from_stats(
+    ...     np.array([3.0]), logdet.sum()[None], X.sum(0)[None], min_dof=30.0
+    ... )
+    >>> round(float(p.dof[0]), 3)  # float32 unless jax.enable_x64
+    30.0
     """
-    return _wishart_mle_from_stats(
-        jnp.asarray(count), jnp.asarray(sum_log_det), jnp.asarray(scatter), jnp.asarray(max_dof)
-    )
+    scatter = jnp.asarray(scatter)
+    d = scatter.shape[-1]
+    if min_dof is None:
+        min_dof = d - 1
+    elif not d - 1 < min_dof < max_dof:
+        raise ValueError(
+            f"min_dof must lie in (d - 1, max_dof) = ({d - 1}, {max_dof}); got min_dof={min_dof!r}"
+        )
+    bounds = jnp.asarray([min_dof, max_dof], scatter.dtype)
+    return _wishart_mle_from_stats(jnp.asarray(count), jnp.asarray(sum_log_det), scatter, bounds)
 
 
 @jax.jit
-def _wishart_mle_from_stats(count, sum_log_det, scatter, max_dof):
+def _wishart_mle_from_stats(count, sum_log_det, scatter, bounds):
+    """Return the MLE with ``bounds = (min_dof, max_dof)``; ``min_dof = d - 1``: unconstrained."""
     dtype = scatter.dtype
     count = count.astype(dtype)
     d = scatter.shape[-1]
     chol = jnp.linalg.cholesky(scatter)
     log_det_scatter = _logdet_from_cholesky(chol)
     a = sum_log_det / count - log_det_scatter + d * jnp.log(count)
-    t_hi = jnp.log(max_dof.astype(dtype) / 2 - (d - 1) / 2)
-    t = _solve_increasing(lambda s: _wishart_profile_of_t(s, d), a, jnp.asarray(_T_LO, dtype), t_hi)
+    # t = log(n/2 - (d-1)/2): min_dof = d - 1 maps to -inf, i.e. to the finder's own floor
+    t_lo, t_hi = jnp.log(bounds.astype(dtype) / 2 - (d - 1) / 2)
+    t_lo = jnp.maximum(t_lo, _T_LO)
+    t = _solve_increasing(lambda s: _wishart_profile_of_t(s, d), a, t_lo, t_hi)
     dof = (d - 1) + 2 * jnp.exp(t)
     # eq. (4): theta_S = N n (sum X)^{-1} = N n L^{-T} L^{-1}
     eye = jnp.broadcast_to(jnp.eye(d, dtype=dtype), chol.shape)
