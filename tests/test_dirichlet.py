@@ -13,7 +13,7 @@ from scipy.special import digamma, gammaln, logsumexp
 
 from bayesvmf import load, save, special
 from bayesvmf._mixture import TRACE_COUNTS
-from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.exceptions import ConvergenceWarning, NotFittedError
 from bayesvmf.models import DirichletVMFMixture
 from bayesvmf.models import dirichlet as dv
 from bayesvmf.models.dirichlet import _corpus, _gibbs, _svi, _vem
@@ -335,11 +335,17 @@ def test_bad_input_transform_and_gibbs_counts(planted_fit):
         planted_fit.transform([np.eye(3)])
     with pytest.raises(ValueError, match=r"weights\[1\] must hold whole numbers \(counts\)"):
         DirichletVMFMixture(2, inference="gibbs").fit(GOOD, [np.ones(2), np.array([1, 0.5, 1])])
-    with pytest.raises(ValueError, match="not fitted yet"):
+    with pytest.raises(NotFittedError, match="This DirichletVMFMixture instance is not fitted"):
         DirichletVMFMixture(2).transform(GOOD)
-    with pytest.raises(ValueError, match="inference must be 'vem' or 'gibbs'"):
+    with pytest.raises(
+        ValueError, match="The 'inference' parameter of DirichletVMFMixture must be a str among"
+    ):
         DirichletVMFMixture(2, inference="mcmc").fit(GOOD)
-    with pytest.raises(ValueError, match="alpha must be a number > 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'alpha' parameter of DirichletVMFMixture must be a float in the range "
+        r"\(0.0, inf\). Got 0 instead.",
+    ):
         DirichletVMFMixture(2, alpha=0).fit(GOOD)
     with pytest.raises(ValueError, match="fewer than n_topics=9"):
         DirichletVMFMixture(9).fit(GOOD)
@@ -601,7 +607,11 @@ def test_partial_fit_bad_chunks(stream):
     assert (model.n_sets_seen_, model.n_steps_) == (seen, steps)
     with pytest.raises(ValueError, match="partial_fit needs inference='vem'"):
         DirichletVMFMixture(2, inference="gibbs").partial_fit(GOOD)
-    with pytest.raises(ValueError, match=r"learning_decay must be a number > 0.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'learning_decay' parameter of DirichletVMFMixture must be a float in the "
+        r"range \(0.5, 1.0\]. Got 0.4 instead.",
+    ):
         DirichletVMFMixture(2, learning_decay=0.4).partial_fit(GOOD)
 
 
@@ -638,7 +648,7 @@ def test_a_gibbs_fit_forgets_the_stream(stream):
     model.set_params(inference="gibbs", num_chains=1, num_warmup=5, num_samples=5)
     model.fit([np.eye(10)[:4], np.eye(10)[3:9]])
     assert not hasattr(model, "n_sets_seen_") and model._online is None
-    with pytest.raises(ValueError, match="Invalid parameter 'topics' for DirichletVMFMixture"):
+    with pytest.raises(ValueError, match="Invalid parameter 'topics' for estimator Dirichlet"):
         model.set_params(topics=3)
 
 
@@ -653,5 +663,7 @@ def test_mixed_dtype_agrees_with_float64(stream_data, stream):
     np.testing.assert_allclose(mixed.mean_directions_, batch.mean_directions_, atol=1e-4)
     np.testing.assert_allclose(mixed.concentrations_, batch.concentrations_, rtol=1e-4)
     np.testing.assert_allclose(mixed.score(test), batch.score(test), rtol=1e-6)
-    with pytest.raises(ValueError, match="dtype must be 'float64' or 'mixed', got 'half'"):
+    with pytest.raises(
+        ValueError, match="The 'dtype' parameter of DirichletVMFMixture must be a str among"
+    ):
         DirichletVMFMixture(2, dtype="half").fit(GOOD)

@@ -23,6 +23,7 @@ from conftest import shared_data_or_skip
 from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf import ConvergenceWarning
+from bayesvmf.exceptions import NotFittedError
 from bayesvmf.models import kmle
 from bayesvmf.models.kmle import (
     KMLEMixture,
@@ -512,15 +513,16 @@ def test_cauchy_schwarz_errors(fitted3):
         cauchy_schwarz_divergence(fitted3, other)
     assert str(err.value) == "mixtures of different families: 'wishart' and 'vmf'"
     other = copy.copy(fitted3)
-    other._dim = 2
+    other.n_features_in_ = 2
     with pytest.raises(ValueError) as err:
         cauchy_schwarz_divergence(fitted3, other)
     assert str(err.value) == "mixtures of different dimensions: 3 and 2"
-    low = copy.copy(fitted3)  # theta_n = -0.6 (dof 2.8): theta_n + theta_n' = -1.2 <= -1
+    # hand-made (a fit keeps dof >= d + 1): theta_n = -0.6 (dof 2.8), theta_n + theta_n' <= -1
+    low = copy.copy(fitted3)
     low._params = fitted3._params._replace(theta_n=np.full(3, -0.6))
     with pytest.raises(ValueError, match="the Cauchy-Schwarz integral diverges"):
         cauchy_schwarz_divergence(low, low)
-    with pytest.raises(RuntimeError, match="not fitted yet"):
+    with pytest.raises(NotFittedError, match="This KMLEMixture instance is not fitted yet"):
         cauchy_schwarz_divergence(fitted3, KMLEMixture())
 
 
@@ -582,38 +584,42 @@ def test_nan_non_symmetric_non_spd_are_rejected_and_input_is_untouched(rng):
     np.testing.assert_array_equal(bad, keep)
 
 
+def _sk(name, rule, value):
+    """scikit-learn's message for a parameter outside its constraint (``rule`` None: the
+    string of the estimator's own StrOptions, whose set order changes with the hash seed)."""
+    if rule is None:
+        rule = str(KMLEMixture._parameter_constraints[name][0])
+    return f"The {name!r} parameter of KMLEMixture must be {rule}. Got {value!r} instead."
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"lam": 0}, "lam must be a number in (0, 1]; got lam=0"),
-        ({"lam": 1.5}, "lam must be a number in (0, 1]; got lam=1.5"),
-        ({"lam": -0.1}, "lam must be a number in (0, 1]; got lam=-0.1"),
-        ({"lam": "0.1"}, "lam must be a number in (0, 1]; got lam='0.1'"),
-        ({"lam": 2.0, "dp_rule": "share"}, "lam must be a number in (0, 1]; got lam=2.0"),
-        ({"dp_rule": "bic"}, "dp_rule must be 'gain' or 'share'; got dp_rule='bic'"),
+        ({"lam": 0}, _sk("lam", "a float in the range (0.0, 1.0]", 0)),
+        ({"lam": 1.5}, _sk("lam", "a float in the range (0.0, 1.0]", 1.5)),
+        ({"lam": -0.1}, _sk("lam", "a float in the range (0.0, 1.0]", -0.1)),
+        ({"lam": "0.1"}, _sk("lam", "a float in the range (0.0, 1.0]", "0.1")),
+        ({"lam": 2.0, "dp_rule": "share"}, _sk("lam", "a float in the range (0.0, 1.0]", 2.0)),
+        ({"dp_rule": "bic"}, _sk("dp_rule", None, "bic")),
         (
             {"n_components": 0},
-            "n_components must be a positive integer or None; got n_components=0",
+            _sk("n_components", "an int in the range [1, inf) or None", 0),
         ),
         (
             {"n_components": 2.0},
-            "n_components must be a positive integer or None; got n_components=2.0",
+            _sk("n_components", "an int in the range [1, inf) or None", 2.0),
         ),
-        ({"family": "gauss"}, "family must be 'wishart' or 'vmf'; got family='gauss'"),
-        ({"max_iter": 0}, "max_iter must be a positive integer; got max_iter=0"),
-        ({"tol": -1.0}, "tol must be a positive finite number; got tol=-1.0"),
-        ({"max_dof": np.inf}, "max_dof must be a positive finite number; got max_dof=inf"),
+        ({"family": "gauss"}, _sk("family", None, "gauss")),
+        ({"max_iter": 0}, _sk("max_iter", "an int in the range [1, inf)", 0)),
+        ({"tol": -1.0}, _sk("tol", "a float in the range (0.0, inf)", -1.0)),
+        ({"max_dof": np.inf}, _sk("max_dof", "a float in the range (0.0, inf)", np.inf)),
         (
             {"min_dof": 2.0},
             "min_dof must exceed d = 2 (otherwise the Cauchy-Schwarz divergence between "
             "fitted mixtures can diverge); got min_dof=2.0",
         ),
-        ({"min_dof": np.nan}, "min_dof must be a finite number or None; got min_dof=nan"),
+        ({"min_dof": np.nan}, _sk("min_dof", "a float in the range (0.0, inf) or None", np.nan)),
         ({"max_dof": 2.5}, "max_dof must exceed min_dof = 3.0; got max_dof=2.5"),
-        (
-            {"random_state": -3},
-            "random_state must be a non-negative integer or None; got random_state=-3",
-        ),
     ],
 )
 def test_bad_parameters(rng, kwargs, message):
@@ -625,6 +631,26 @@ def test_bad_parameters(rng, kwargs, message):
     assert str(err.value) == message
 
 
+def test_random_state_kinds(rng, three_clusters):
+    X = three_clusters[0][:60]
+    with pytest.raises(ValueError) as err:
+        KMLEMixture(random_state=-3).fit(X)
+    message = str(err.value)
+    assert message.startswith(
+        "The 'random_state' parameter of KMLEMixture must be an int in the range "
+        "[0, 9223372036854775807], an instance of 'numpy.random.mtrand.RandomState'"
+    )
+    assert message.endswith("Got -3 instead.")
+    # an int seeds NumPy as before; a RandomState / Generator gives one seed drawn from it
+    ref = KMLEMixture(n_components=2, random_state=5).fit(X)
+    for rs in (np.random.RandomState(0), np.random.default_rng(0), jax.random.key(0)):
+        model = KMLEMixture(n_components=2, random_state=rs).fit(X)
+        assert model.labels_.shape == ref.labels_.shape
+    a = KMLEMixture(n_components=2, random_state=np.random.RandomState(3)).fit(X)
+    b = KMLEMixture(n_components=2, random_state=np.random.RandomState(3)).fit(X)
+    np.testing.assert_array_equal(a.seeds_, b.seeds_)
+
+
 def test_more_components_than_samples(rng):
     with pytest.raises(ValueError) as err:
         KMLEMixture(n_components=4).fit(random_spd(rng, 2, n=3))
@@ -632,7 +658,7 @@ def test_more_components_than_samples(rng):
 
 
 def test_predict_before_fit_and_wrong_dimension(rng, fitted3):
-    with pytest.raises(RuntimeError, match="not fitted yet"):
+    with pytest.raises(NotFittedError, match="This KMLEMixture instance is not fitted yet"):
         KMLEMixture().predict(random_spd(rng, 3, n=2))
     with pytest.raises(ValueError) as err:
         fitted3.predict(random_spd(rng, 2, n=2))
@@ -896,7 +922,7 @@ def test_save_load_unfitted(tmp_path):
     save(KMLEMixture(family="vmf", lam=0.5, random_state=3), tmp_path / "unfitted.npz")
     loaded = load(tmp_path / "unfitted.npz")
     assert loaded.get_params()["lam"] == 0.5 and loaded.family == "vmf"
-    with pytest.raises(RuntimeError, match="not fitted yet"):
+    with pytest.raises(NotFittedError, match="This KMLEMixture instance is not fitted yet"):
         loaded.predict(_vmf_blobs())
 
 

@@ -11,7 +11,6 @@ References
 
 from __future__ import annotations
 
-import inspect
 import numbers
 import warnings
 from typing import Any
@@ -20,8 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _mixture, _parallel
+from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.dirichlet._corpus import (
     _check_documents,
@@ -48,31 +49,13 @@ from bayesvmf.models.dirichlet._vem import (
 GIBBS_CHUNK = 25
 
 
-def _check_param(name, value, kind, low=None, high=None, low_open=False):
-    ok = isinstance(value, kind) and not isinstance(value, bool)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value <= high
-    if not ok:
-        rng = ""
-        if low is not None:
-            rng = f" {'>' if low_open else '>='} {low}"
-        raise ValueError(f"{name} must be a {kind_name(kind)}{rng}, got {value!r}")
-
-
-def kind_name(kind) -> str:
-    """Return a readable name for a numbers ABC (used in parameter error messages)."""
-    return {numbers.Integral: "integer", numbers.Real: "number"}.get(kind, str(kind))
-
-
 def _match_topics(reference, other):
     """Permutation p maximising sum_k reference_k . other_{p(k)} (Hungarian algorithm)."""
     _, cols = linear_sum_assignment(-(np.asarray(reference) @ np.asarray(other).T))
     return cols
 
 
-class DirichletVMFMixture:
+class DirichletVMFMixture(BaseVMFEstimator):
     r"""Dirichlet-vMF mixture over sets of vectors (VMFMix [1]_), by VEM or collapsed Gibbs.
 
     Each document is a set of unit vectors drawn from a document-specific mixture of K vMF
@@ -83,8 +66,8 @@ class DirichletVMFMixture:
 
     Parameters
     ----------
-    n_topics : int
-        K.
+    n_topics : int, default=10
+        K (scikit-learn's ``LatentDirichletAllocation`` default).
     alpha : float, default=0.1
         Symmetric Dirichlet parameter of theta_i.
     inference : {"vem", "gibbs"}, default="vem"
@@ -106,7 +89,9 @@ class DirichletVMFMixture:
         the weighted mean of the training vectors.
     kappa_prior : tuple of two floats, default=(1.0, 0.01)
         Gamma(shape, rate) prior of kappa_k (Gibbs).
-    random_state : int or None, default=None
+    random_state : int, RandomState, Generator, JAX key or None, default=None
+        Seed of the fit (:func:`bayesvmf._base.make_key`; NumPy ``RandomState`` and
+        ``Generator`` give one seed drawn from them).
     progress_bar : bool, default=False
         Show a tqdm bar over VEM iterations or Gibbs chunks.
     normalize : bool, default=True
@@ -179,9 +164,39 @@ class DirichletVMFMixture:
     ((10, 2), True)
     """
 
+    _parameter_constraints = {
+        "n_topics": [Interval(numbers.Integral, 1, None, closed="left")],
+        "alpha": [Interval(numbers.Real, 0, None, closed="neither")],
+        "inference": [StrOptions({"vem", "gibbs"})],
+        "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "kappa_max": [Interval(numbers.Real, 0, None, closed="neither")],
+        "num_chains": [Interval(numbers.Integral, 1, None, closed="left")],
+        "num_warmup": [Interval(numbers.Integral, 0, None, closed="left")],
+        "num_samples": [Interval(numbers.Integral, 1, None, closed="left")],
+        "mu_prior_concentration": [Interval(numbers.Real, 0, None, closed="left")],
+        "kappa_prior": [tuple, list],  # two positive numbers: checked in _validate_params
+        "random_state": RANDOM_STATE,
+        "progress_bar": ["boolean"],
+        "normalize": ["boolean"],
+        "learning_decay": [Interval(numbers.Real, 0.5, 1, closed="right")],
+        "learning_offset": [Interval(numbers.Real, 0, None, closed="left")],
+        "dtype": [StrOptions({"float64", "mixed"})],
+        # devices: checked in _validate_params with the message every estimator gives
+    }
+    _fitted_check = ("mean_directions_",)
+
+    def __sklearn_tags__(self):
+        """Return the tags: the input is a list of documents, not a 2-D array or sparse matrix."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.sparse = False
+        return tags
+
     def __init__(
         self,
-        n_topics: int,
+        n_topics: int = 10,
         *,
         alpha: float = 0.1,
         inference: str = "vem",
@@ -242,16 +257,6 @@ class DirichletVMFMixture:
         "n_steps_",
     )
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Return the constructor arguments as a dict (scikit-learn convention)."""
-        del deep
-        names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
-        return {name: getattr(self, name) for name in names}
-
-    def set_params(self, **params) -> DirichletVMFMixture:
-        """Set constructor arguments (validated at the next ``fit``); return ``self``."""
-        return _mixture.set_params(self, list(self.get_params()), params)
-
     def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Return (arrays, JSON scalars) of the fitted attributes, for :func:`bayesvmf.save`."""
         arrays = {n: np.asarray(getattr(self, n)) for n in self._fitted_arrays if hasattr(self, n)}
@@ -292,22 +297,8 @@ class DirichletVMFMixture:
 
     # ---------------------------------------------------------------- validation
     def _validate_params(self) -> None:
-        _check_param("n_topics", self.n_topics, numbers.Integral, 1)
-        _check_param("alpha", self.alpha, numbers.Real, 0.0, low_open=True)
-        if self.dtype not in ("float64", "mixed"):
-            raise ValueError(f"dtype must be 'float64' or 'mixed', got {self.dtype!r}")
-        if self.inference not in ("vem", "gibbs"):
-            raise ValueError(f"inference must be 'vem' or 'gibbs', got {self.inference!r}")
-        _check_param("n_init", self.n_init, numbers.Integral, 1)
-        _check_param("max_iter", self.max_iter, numbers.Integral, 1)
-        _check_param("tol", self.tol, numbers.Real, 0.0)
-        _check_param("kappa_max", self.kappa_max, numbers.Real, 0.0, low_open=True)
-        _check_param("num_chains", self.num_chains, numbers.Integral, 1)
-        _check_param("num_warmup", self.num_warmup, numbers.Integral, 0)
-        _check_param("num_samples", self.num_samples, numbers.Integral, 1)
-        _check_param("mu_prior_concentration", self.mu_prior_concentration, numbers.Real, 0.0)
-        _check_param("learning_decay", self.learning_decay, numbers.Real, 0.5, 1.0, low_open=True)
-        _check_param("learning_offset", self.learning_offset, numbers.Real, 0.0)
+        """Check the arguments (scikit-learn's constraints), then what they cannot say."""
+        super()._validate_params()
         prior = self.kappa_prior
         if not (
             isinstance(prior, tuple | list)
@@ -317,8 +308,6 @@ class DirichletVMFMixture:
             raise ValueError(
                 f"kappa_prior must be two positive numbers (shape, rate), got {prior!r}"
             )
-        if self.random_state is not None and not isinstance(self.random_state, numbers.Integral):
-            raise ValueError(f"random_state must be an integer or None, got {self.random_state!r}")
         if not _parallel.DevicesOption().check(self.devices):
             raise TypeError(
                 f"devices must be {_parallel.DevicesOption().describe()}, got {self.devices!r}"
@@ -333,12 +322,6 @@ class DirichletVMFMixture:
 
     def _product_dtype(self):
         return jnp.float32 if self.dtype == "mixed" else jnp.float64
-
-    def _check_is_fitted(self) -> None:
-        if not hasattr(self, "mean_directions_"):
-            raise ValueError(
-                "this DirichletVMFMixture is not fitted yet: call fit(docs) before this method"
-            )
 
     def _corpus(self, docs, weights, *, fitted: bool):
         n_features = self.mean_directions_.shape[1] if fitted else None
@@ -373,9 +356,7 @@ class DirichletVMFMixture:
             raise ValueError(
                 f"docs hold {X.shape[0]} vectors in total, fewer than n_topics={self.n_topics}"
             )
-        key = jax.random.key(0 if self.random_state is None else int(self.random_state))
-        if self.random_state is None:
-            key = jax.random.key(np.random.default_rng().integers(2**31))
+        key = self._make_key()
         # a new fit forgets any stream; a VEM fit starts its own (see _fit_vem)
         self._online = None
         for name in ("n_sets_seen_", "n_steps_"):

@@ -8,7 +8,6 @@ References
 
 from __future__ import annotations
 
-import inspect
 import numbers
 import warnings
 from functools import partial
@@ -20,7 +19,10 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse
 import scipy.special
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import validate_data
 
+from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, make_key, seed_from
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.kmle._kernel import (
     _MIN_ROWS,
@@ -62,7 +64,7 @@ def _ell_from_csr(X):
 # ---------------------------------------------------------------------------------------------
 
 
-class KMLEMixture:
+class KMLEMixture(BaseVMFEstimator):
     r"""Wishart or vMF mixture fitted by k-MLE with Hartigan moves (Algorithms 2-3 of [1]_).
 
     Maximises the complete log-likelihood :math:`\sum_i \log w_{z_i} + \log
@@ -139,9 +141,9 @@ class KMLEMixture:
         Cap on the vMF concentration (same reason).
     normalize : bool, default=True
         vMF only: rescale rows to unit norm (otherwise they must be unit norm).
-    random_state : int or None, default=None
+    random_state : int, RandomState, Generator, JAX key or None, default=None
         Seed of the seeding and of the pass permutations; the same int gives identical
-        results.
+        results (a NumPy ``RandomState`` / ``Generator`` gives one seed drawn from it).
 
     Attributes
     ----------
@@ -178,6 +180,30 @@ class KMLEMixture:
     [30, 30]
     """
 
+    _parameter_constraints = {
+        "family": [StrOptions({"wishart", "vmf"})],
+        "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "lam": [Interval(numbers.Real, 0, 1, closed="right")],
+        "dp_rule": [StrOptions({"gain", "share"})],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0, np.inf, closed="neither")],
+        "max_dof": [Interval(numbers.Real, 0, np.inf, closed="neither")],
+        "min_dof": [Interval(numbers.Real, 0, np.inf, closed="neither"), None],
+        "kappa_max": [Interval(numbers.Real, 0, np.inf, closed="neither")],
+        "normalize": ["boolean"],
+        "random_state": RANDOM_STATE,
+    }
+    _fitted_check = ("labels_",)
+
+    def __sklearn_tags__(self):
+        """Return the tags: vMF takes 2-D (or sparse) rows, Wishart (n, d, d) SPD matrices."""
+        tags = super().__sklearn_tags__()
+        if self.family == "wishart":
+            tags.input_tags.two_d_array = False
+            tags.input_tags.three_d_array = True
+            tags.input_tags.sparse = False
+        return tags
+
     def __init__(
         self,
         *,
@@ -207,44 +233,6 @@ class KMLEMixture:
 
     # -- validation ---------------------------------------------------------------------------
 
-    def _check_parameters(self):
-        if self.family not in ("wishart", "vmf"):
-            raise ValueError(f"family must be 'wishart' or 'vmf'; got family={self.family!r}")
-        k = self.n_components
-        if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
-            raise ValueError(
-                f"n_components must be a positive integer or None; got n_components={k!r}"
-            )
-        if k is None:
-            lam = self.lam
-            if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not 0 < lam <= 1:
-                raise ValueError(f"lam must be a number in (0, 1]; got lam={lam!r}")
-            if self.dp_rule not in ("gain", "share"):
-                raise ValueError(f"dp_rule must be 'gain' or 'share'; got dp_rule={self.dp_rule!r}")
-        m = self.max_iter
-        if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1:
-            raise ValueError(f"max_iter must be a positive integer; got max_iter={m!r}")
-        for name in ("tol", "max_dof", "kappa_max"):
-            v = getattr(self, name)
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, numbers.Real)
-                or not (v > 0 and np.isfinite(v))
-            ):
-                raise ValueError(f"{name} must be a positive finite number; got {name}={v!r}")
-        v = self.min_dof
-        if v is not None and (
-            isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v)
-        ):
-            raise ValueError(f"min_dof must be a finite number or None; got min_dof={v!r}")
-        rs = self.random_state
-        if rs is not None and (
-            isinstance(rs, bool) or not isinstance(rs, numbers.Integral) or rs < 0
-        ):
-            raise ValueError(
-                f"random_state must be a non-negative integer or None; got random_state={rs!r}"
-            )
-
     def _min_dof(self, d):
         """Return the lower bound on the degrees of freedom: ``min_dof``, or d + 1 if None."""
         return d + 1.0 if self.min_dof is None else float(self.min_dof)
@@ -264,18 +252,15 @@ class KMLEMixture:
                     f"max_dof must exceed min_dof = {self._min_dof(d)!r}; "
                     f"got max_dof={self.max_dof!r}"
                 )
-            if not fitting and d != self._dim:
-                raise ValueError(
-                    f"X holds {d} x {d} matrices; the model was fitted on {self._dim} x {self._dim}"
-                )
+            if not fitting and d != self.n_features_in_:
+                k = self.n_features_in_
+                raise ValueError(f"X holds {d} x {d} matrices; the model was fitted on {k} x {k}")
+            # n_features_in_ = d: scikit-learn's count of X.shape[1]
+            validate_data(self, X, reset=fitting, skip_check_array=True)
             stats = np.concatenate([log_det[:, None], X.reshape(len(X), -1)], axis=1)
             return stats, (jnp.asarray(stats),), WISHART, d
-        from bayesvmf.data import check_directional
-
-        X = check_directional(X, normalize=self.normalize)
+        X = self._validate_directions(X, reset=fitting, normalize=self.normalize)
         d = X.shape[1]
-        if not fitting and d != self._dim:
-            raise ValueError(f"X has {d} features; the model was fitted on {self._dim}")
         if scipy.sparse.issparse(X):
             cols, vals = _ell_from_csr(X)
             data = (jnp.asarray(cols), jnp.asarray(vals), jnp.zeros((d,)))
@@ -298,13 +283,16 @@ class KMLEMixture:
         self
         """
         del y
-        self._check_parameters()
+        self._validate_params()
         with jax.enable_x64(True):
             host, data, family, d = self._prepare(X, fitting=True)
             n = host.shape[0]
             if self.n_components is not None and n < self.n_components:
                 raise ValueError(f"X has {n} samples, fewer than n_components={self.n_components}")
-            rng = np.random.default_rng(self.random_state)
+            seed = seed_from(self.random_state)  # an int seed gives the same fit as ever
+            if isinstance(seed, jax.Array):  # a JAX key: its key data seeds NumPy
+                seed = np.asarray(jax.random.key_data(make_key(seed)))
+            rng = np.random.default_rng(seed)
             geometry = _seeding_geometry(family, host)
             if self.n_components is None and self.dp_rule == "gain":
                 seeds, labels = dp_kmle_gain(geometry, n, rng, lam=self.lam)
@@ -360,7 +348,6 @@ class KMLEMixture:
 
     def _store(self, state, family, d, k, n):
         self._family_ops = family
-        self._dim = d
         self._params = jax.tree_util.tree_map(lambda a: np.asarray(a)[:k], state.params)
         counts = np.asarray(state.counts)[:k]
         self.labels_ = np.asarray(state.labels)[:n].astype(np.int64)
@@ -380,10 +367,6 @@ class KMLEMixture:
         return self.fit(X, y).labels_
 
     # -- prediction ---------------------------------------------------------------------------
-
-    def _check_is_fitted(self):
-        if not hasattr(self, "labels_"):
-            raise RuntimeError("this KMLEMixture is not fitted yet; call fit(X) first")
 
     def _weighted_log_lik(self, X):
         self._check_is_fitted()
@@ -476,12 +459,6 @@ class KMLEMixture:
         "vmf": ("mean_directions_", "concentrations_", *(f"params_{f}" for f in VMFParams._fields)),
     }
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Return the constructor arguments as a dict (scikit-learn convention)."""
-        del deep
-        names = [n for n in inspect.signature(type(self).__init__).parameters if n != "self"]
-        return {name: getattr(self, name) for name in names}
-
     def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Return (arrays, JSON scalars) of the fitted attributes, for :func:`bayesvmf.save`."""
         if not hasattr(self, "labels_"):
@@ -523,7 +500,9 @@ class KMLEMixture:
         fields = WishartParams if self.family == "wishart" else VMFParams
         params = fields(*(np.asarray(arrays[f"params_{f}"]) for f in fields._fields))
         self._params = params
-        self._dim = params.theta_s.shape[-1] if self.family == "wishart" else params.mu.shape[-1]
+        self.n_features_in_ = (
+            params.theta_s.shape[-1] if self.family == "wishart" else params.mu.shape[-1]
+        )
         for name in self._fitted_arrays + self._family_arrays[self.family][:2]:
             setattr(self, name, np.asarray(arrays[name]))
         self.lower_bounds_ = [float(b) for b in self.lower_bounds_]

@@ -93,9 +93,11 @@ def _check_same_family(mixtures):
     for m in mixtures[1:]:
         if m.family != first.family:
             raise ValueError(f"mixtures of different families: {first.family!r} and {m.family!r}")
-        if m._dim != first._dim:
-            raise ValueError(f"mixtures of different dimensions: {first._dim} and {m._dim}")
-    return first.family, first._dim
+        if m.n_features_in_ != first.n_features_in_:
+            raise ValueError(
+                f"mixtures of different dimensions: {first.n_features_in_} and {m.n_features_in_}"
+            )
+    return first.family, first.n_features_in_
 
 
 def _log_cross_matrix(mixtures_a, mixtures_b):
