@@ -9,7 +9,6 @@ are jitted once instead of dispatched op by op.
 """
 
 import copy
-import warnings
 from functools import partial
 
 import jax
@@ -22,7 +21,6 @@ import scipy.special
 import scipy.stats
 from conftest import shared_data_or_skip
 from sklearn.metrics import adjusted_rand_score
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from bayesvmf import ConvergenceWarning
 from bayesvmf.exceptions import NotFittedError
@@ -954,33 +952,3 @@ def test_load_rejects_a_tampered_kmle_file(fitted3, tmp_path):
     blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     with pytest.raises(ValueError, match="unexpected fitted attribute 'params_dof'"):
         load(write("family.npz", __bayesvmf__=blob))
-
-
-# ------------------------------------------------------------------- scikit-learn's checks
-
-#: Checks KMLEMixture(family="vmf") fails, with the reason. All come from the shared input
-#: check of directional data (bayesvmf._base._validate_directions ->
-#: bayesvmf.data.check_directional), not from k-MLE: an all-zero row has no direction, and
-#: its messages are the package's, not the ones these checks look for.
-KMLE_EXPECTED_FAILURES = {
-    "check_estimators_dtypes": "the integer test data have all-zero rows (no direction)",
-    "check_estimator_sparse_tag": "the random sparse test data have all-zero rows",
-    "check_estimator_sparse_array": "the random sparse test data have all-zero rows",
-    "check_estimator_sparse_matrix": "the random sparse test data have all-zero rows",
-    "check_complex_data": "complex input raises the package's TypeError naming the dtype",
-    "check_estimators_empty_data_messages": "the package's message for 0 features",
-    "check_fit2d_1feature": "a direction needs 2 features: the package's message",
-    "check_fit2d_predict1d": "the package's message for 1-D input",
-    "check_n_features_in_after_fitting": "the data are checked before the feature count",
-}
-
-
-@pytest.mark.slow
-@parametrize_with_checks(
-    [KMLEMixture(family="vmf", n_components=2, max_iter=5, random_state=0)],
-    expected_failed_checks=lambda est: KMLE_EXPECTED_FAILURES,
-)
-def test_sklearn_checks_vmf(estimator, check):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        check(estimator)
