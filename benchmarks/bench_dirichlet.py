@@ -35,6 +35,7 @@ from threadpoolctl import threadpool_limits
 
 from bayesvmf.models import DirichletVMFMixture
 from bayesvmf.models import dirichlet as dv
+from bayesvmf.models.dirichlet import _corpus, _vem
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -197,7 +198,7 @@ def iteration_vs_floor(model, docs):
     (N, K) table. Also reported: the change of the bound and of mu, kappa after one step
     in mixed mode against float64 from the same state (the documented accuracy).
     """
-    X, w, offsets = dv._check_documents(docs, None, normalize=True, n_features=None)
+    X, w, offsets = _corpus._check_documents(docs, None, normalize=True, n_features=None)
     with jax.enable_x64(True):
         corpus = dv.prepare_corpus(X, w, offsets)
         corpus32 = dv.prepare_corpus(X, w, offsets, jax.numpy.float32)
@@ -215,13 +216,13 @@ def iteration_vs_floor(model, docs):
             return X @ mu_t, resp.T @ X
 
         def step():
-            jax.block_until_ready(dv._vem_step(state, corpus, hyper))
+            jax.block_until_ready(_vem._vem_step(state, corpus, hyper))
 
         def step32():
-            jax.block_until_ready(dv._vem_step(state, corpus32, hyper))
+            jax.block_until_ready(_vem._vem_step(state, corpus32, hyper))
 
-        new64, info64 = dv._vem_step(state, corpus, hyper)
-        new32, info32 = dv._vem_step(state, corpus32, hyper)
+        new64, info64 = _vem._vem_step(state, corpus, hyper)
+        new32, info32 = _vem._vem_step(state, corpus32, hyper)
         bound64 = float(info64.lower_bound)
         accuracy = {
             "bound_relative_change": float(abs(float(info32.lower_bound) - bound64) / abs(bound64)),

@@ -28,7 +28,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import bayesvmf
 from bayesvmf import _base
-from bayesvmf.models import SparseVMFMixture
+from bayesvmf.models import KMLEMixture, SparseVMFMixture
 
 # The checks fit with max_iter=5: not converging is expected there (our ConvergenceWarning
 # and DegenerateRunWarning subclass scikit-learn's, so this one filter covers them).
@@ -44,6 +44,9 @@ ESTIMATORS = [
     SparseVMFMixture(
         2, shared_kappa=True, init="spherical-kmeans++", n_init=1, max_iter=5, random_state=0
     ),
+    # k-MLE's vMF family; its Wishart family takes (n, d, d) matrices (tags: not 2-D), so
+    # scikit-learn's checks do not apply to it
+    KMLEMixture(family="vmf", n_components=2, max_iter=5, random_state=0),
 ]
 
 #: Checks whose data are not directional data, or whose message is scikit-learn's own
@@ -74,6 +77,7 @@ DIRECTIONAL_DATA = {
 #: class name -> {check name: reason}
 EXPECTED_FAILED_CHECKS = {
     "SparseVMFMixture": DIRECTIONAL_DATA,
+    "KMLEMixture": DIRECTIONAL_DATA,
 }
 
 
@@ -268,3 +272,38 @@ def test_sparse_input_keeps_feature_count(X):
     model = small().fit(sp.csr_matrix(X))
     assert model.n_features_in_ == 4 and not hasattr(model, "feature_names_in_")
     np.testing.assert_array_equal(model.labels_, model.predict(X))
+
+
+# ---- k-MLE and the Dirichlet-vMF mixture -----------------------------------------------------
+
+
+def test_kmle_and_dirichlet_tags_say_what_their_input_is():
+    from bayesvmf.models import DirichletVMFMixture
+
+    wishart = get_tags(KMLEMixture())
+    assert not wishart.input_tags.two_d_array and wishart.input_tags.three_d_array
+    assert not wishart.input_tags.sparse
+    vmf = get_tags(KMLEMixture(family="vmf"))
+    assert vmf.input_tags.two_d_array and vmf.input_tags.sparse
+    documents = get_tags(DirichletVMFMixture())  # a list of (n_i, d) arrays
+    assert not documents.input_tags.two_d_array and not documents.input_tags.sparse
+    assert DirichletVMFMixture().n_topics == 10  # every argument has a default
+
+
+def test_kmle_wishart_clone_pickle_grid_search_and_not_fitted():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(40, 5, 2))
+    X = np.einsum("nti,ntj->nij", a, a) * np.repeat([1.0, 9.0], 20)[:, None, None]
+    model = KMLEMixture(n_components=2, random_state=0)
+    with pytest.raises(NotFittedError, match="This KMLEMixture instance is not fitted"):
+        model.predict(X)
+    model.fit(X)
+    assert model.n_features_in_ == 2
+    assert clone(model).get_params() == model.get_params()
+    back = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(back.score_samples(X), model.score_samples(X))
+    folds = KFold(2, shuffle=True, random_state=0)
+    grid = {"n_components": [1, 2]}
+    search = GridSearchCV(KMLEMixture(random_state=0), grid, cv=folds).fit(X)
+    # two scales 9 apart: the held-out log-likelihood prefers 2 components to 1
+    assert search.best_params_ == {"n_components": 2}

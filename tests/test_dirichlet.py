@@ -13,9 +13,10 @@ from scipy.special import digamma, gammaln, logsumexp
 
 from bayesvmf import load, save, special
 from bayesvmf._mixture import TRACE_COUNTS
-from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.exceptions import ConvergenceWarning, NotFittedError
 from bayesvmf.models import DirichletVMFMixture
 from bayesvmf.models import dirichlet as dv
+from bayesvmf.models.dirichlet import _corpus, _gibbs, _svi, _vem
 
 
 # ------------------------------------------------------------------ planted data (NumPy only)
@@ -97,7 +98,7 @@ def test_planted_topics_recovered(planted_data, planted_fit):
 def test_bound_monotone_from_poor_start(planted_data):
     """Every VEM iteration is exact coordinate ascent: the bound never decreases."""
     docs, _, _ = planted_data
-    X, w, offsets = dv._check_documents(docs[:100], None, normalize=True, n_features=None)
+    X, w, offsets = _corpus._check_documents(docs[:100], None, normalize=True, n_features=None)
     rng = np.random.default_rng(3)
     with jax.enable_x64(True):
         corpus = dv.prepare_corpus(X, w * rng.integers(1, 4, size=w.shape), offsets)
@@ -107,7 +108,7 @@ def test_bound_monotone_from_poor_start(planted_data):
         state = dv.VEMState(jnp.asarray(mu), jnp.ones(6), jnp.full((100, 6), 7.0))
         bounds = []
         for _ in range(40):
-            state, info = dv._vem_step(state, corpus, hyper)
+            state, info = _vem._vem_step(state, corpus, hyper)
             bounds.append(float(info.lower_bound))
     bounds = np.array(bounds)
     # float64 round-off on a sum of ~1e5 terms of size ~1e2: relative 1e-12 is generous
@@ -142,7 +143,7 @@ def test_bound_matches_independent_formula(rng):
     docs = [rng.normal(size=(n, 4)) for n in (3, 5, 2)]
     docs = [x / np.linalg.norm(x, axis=1, keepdims=True) for x in docs]
     weights = [rng.integers(1, 5, size=len(x)).astype(float) for x in docs]
-    X, w, offsets = dv._check_documents(docs, weights, normalize=False, n_features=None)
+    X, w, offsets = _corpus._check_documents(docs, weights, normalize=False, n_features=None)
     mu = rng.normal(size=(2, 4))
     mu /= np.linalg.norm(mu, axis=1, keepdims=True)
     kappa = np.array([2.0, 5.0])
@@ -151,7 +152,7 @@ def test_bound_matches_independent_formula(rng):
     with jax.enable_x64(True):
         corpus = dv.prepare_corpus(X, w, offsets)
         state = dv.VEMState(jnp.asarray(mu), jnp.asarray(kappa), jnp.asarray(phi))
-        new, info = dv._vem_step(state, corpus, dv.VEMHyper(jnp.float64(alpha), jnp.float64(1e6)))
+        new, info = _vem._vem_step(state, corpus, dv.VEMHyper(jnp.float64(alpha), jnp.float64(1e6)))
     # recompute pi with the OLD phi (eq. (9)), then evaluate the bound at the NEW state
     resp = []
     for i, x in enumerate(docs):
@@ -334,11 +335,17 @@ def test_bad_input_transform_and_gibbs_counts(planted_fit):
         planted_fit.transform([np.eye(3)])
     with pytest.raises(ValueError, match=r"weights\[1\] must hold whole numbers \(counts\)"):
         DirichletVMFMixture(2, inference="gibbs").fit(GOOD, [np.ones(2), np.array([1, 0.5, 1])])
-    with pytest.raises(ValueError, match="not fitted yet"):
+    with pytest.raises(NotFittedError, match="This DirichletVMFMixture instance is not fitted"):
         DirichletVMFMixture(2).transform(GOOD)
-    with pytest.raises(ValueError, match="inference must be 'vem' or 'gibbs'"):
+    with pytest.raises(
+        ValueError, match="The 'inference' parameter of DirichletVMFMixture must be a str among"
+    ):
         DirichletVMFMixture(2, inference="mcmc").fit(GOOD)
-    with pytest.raises(ValueError, match="alpha must be a number > 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'alpha' parameter of DirichletVMFMixture must be a float in the range "
+        r"\(0.0, inf\). Got 0 instead.",
+    ):
         DirichletVMFMixture(2, alpha=0).fit(GOOD)
     with pytest.raises(ValueError, match="fewer than n_topics=9"):
         DirichletVMFMixture(9).fit(GOOD)
@@ -400,7 +407,7 @@ def test_z_sweep_matches_exact_enumeration():
     with jax.enable_x64(True):
         hyper = dv.GibbsHyper(jnp.float64(0.5), jnp.asarray(prior), 1.0, 0.01, 1e6)
         z0 = jnp.zeros(6, jnp.int32)
-        dt, tc, res = dv._statistics(jnp.asarray(x), jnp.asarray(doc), z0, 2, 2)
+        dt, tc, res = _gibbs._statistics(jnp.asarray(x), jnp.asarray(doc), z0, 2, 2)
         state = dv.GibbsState(z0, dt, tc, res, jnp.asarray(kappa), jnp.zeros(2))
 
         @jax.jit
@@ -413,7 +420,7 @@ def test_z_sweep_matches_exact_enumeration():
 
         trace = run(jax.random.key(3), state)
         # the carried statistics equal those recomputed from z after every sweep
-        again = jax.vmap(lambda z: dv._statistics(jnp.asarray(x), jnp.asarray(doc), z, 2, 2))(
+        again = jax.vmap(lambda z: _gibbs._statistics(jnp.asarray(x), jnp.asarray(doc), z, 2, 2))(
             trace.z
         )
         np.testing.assert_allclose(np.asarray(trace.doc_topic), np.asarray(again[0]), atol=1e-9)
@@ -531,11 +538,11 @@ def test_svi_step_matches_numpy_reference(stream_data, stream):
     rng = np.random.default_rng(3)
     resp_sum0, resultant0 = rng.uniform(1, 2, k), rng.normal(size=(k, d))
     rho, scale = 0.3, 7.0
-    X, w, offsets = dv._check_documents(train, None, normalize=True, n_features=d)
+    X, w, offsets = _corpus._check_documents(train, None, normalize=True, n_features=d)
     with jax.enable_x64(True):
         corpus, n_docs = dv.padded_corpus(X, w, offsets)
         assert corpus.X.shape[0] > X.shape[0] and corpus.doc_weight.shape[0] > n_docs
-        stats, new_mu, new_kappa, _, phi, bound = dv._svi_step(
+        stats, new_mu, new_kappa, _, phi, bound = _svi._svi_step(
             dv.SVIStats(jnp.asarray(resp_sum0), jnp.asarray(resultant0)),
             jnp.asarray(mu),
             jnp.asarray(kappa),
@@ -600,7 +607,11 @@ def test_partial_fit_bad_chunks(stream):
     assert (model.n_sets_seen_, model.n_steps_) == (seen, steps)
     with pytest.raises(ValueError, match="partial_fit needs inference='vem'"):
         DirichletVMFMixture(2, inference="gibbs").partial_fit(GOOD)
-    with pytest.raises(ValueError, match=r"learning_decay must be a number > 0.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'learning_decay' parameter of DirichletVMFMixture must be a float in the "
+        r"range \(0.5, 1.0\]. Got 0.4 instead.",
+    ):
         DirichletVMFMixture(2, learning_decay=0.4).partial_fit(GOOD)
 
 
@@ -637,7 +648,7 @@ def test_a_gibbs_fit_forgets_the_stream(stream):
     model.set_params(inference="gibbs", num_chains=1, num_warmup=5, num_samples=5)
     model.fit([np.eye(10)[:4], np.eye(10)[3:9]])
     assert not hasattr(model, "n_sets_seen_") and model._online is None
-    with pytest.raises(ValueError, match="Invalid parameter 'topics' for DirichletVMFMixture"):
+    with pytest.raises(ValueError, match="Invalid parameter 'topics' for estimator Dirichlet"):
         model.set_params(topics=3)
 
 
@@ -652,5 +663,7 @@ def test_mixed_dtype_agrees_with_float64(stream_data, stream):
     np.testing.assert_allclose(mixed.mean_directions_, batch.mean_directions_, atol=1e-4)
     np.testing.assert_allclose(mixed.concentrations_, batch.concentrations_, rtol=1e-4)
     np.testing.assert_allclose(mixed.score(test), batch.score(test), rtol=1e-6)
-    with pytest.raises(ValueError, match="dtype must be 'float64' or 'mixed', got 'half'"):
+    with pytest.raises(
+        ValueError, match="The 'dtype' parameter of DirichletVMFMixture must be a str among"
+    ):
         DirichletVMFMixture(2, dtype="half").fit(GOOD)

@@ -1,4 +1,4 @@
-"""Tests of models/kmle.py: Wishart family, Algorithm 1, k-MLE (Algorithm 2), DP-k-MLE++
+"""Tests of models/kmle/: Wishart family, Algorithm 1, k-MLE (Algorithm 2), DP-k-MLE++
 (Algorithm 3), the Cauchy-Schwarz divergence and the retrieval helper.
 
 Compilation dominates the run time of this file, so the tests share compiled programs on
@@ -23,8 +23,17 @@ from conftest import shared_data_or_skip
 from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf import ConvergenceWarning
+from bayesvmf.exceptions import NotFittedError
 from bayesvmf.models import kmle
-from bayesvmf.models.kmle import KMLEMixture, cauchy_schwarz_divergence
+from bayesvmf.models.kmle import (
+    KMLEMixture,
+    _kernel,
+    _retrieval,
+    _seeding,
+    _special,
+    _wishart,
+    cauchy_schwarz_divergence,
+)
 
 D = 3
 SCALES = [
@@ -59,14 +68,14 @@ def fitted3(three_clusters):
 
 def test_digamma_matches_scipy():
     x = np.concatenate([np.geomspace(1e-12, 1e8, 200), np.linspace(0.5, 3, 51)])
-    got = np.asarray(jax.jit(kmle._digamma)(jnp.asarray(x)))
+    got = np.asarray(jax.jit(_special._digamma)(jnp.asarray(x)))
     # absolute-or-relative 4 ulp-ish: the asymptotic tail is below 1e-15 relative
     np.testing.assert_allclose(got, scipy.special.digamma(x), rtol=2e-15, atol=2e-15)
 
 
 def test_trigamma_matches_scipy():
     x = np.geomspace(1e-10, 1e6, 200)
-    got = np.asarray(jax.jit(kmle._trigamma)(jnp.asarray(x)))
+    got = np.asarray(jax.jit(_special._trigamma)(jnp.asarray(x)))
     # documented absolute error < 1e-10 (it only steers Newton steps)
     np.testing.assert_allclose(got, scipy.special.polygamma(1, x), rtol=1e-10, atol=1e-10)
 
@@ -199,7 +208,7 @@ def _stats(X):
 
 
 def test_bucketed_sizes():
-    assert [kmle._bucket(n, 16) for n in (1, 16, 17, 40, 60, 100, 300, 10_000)] == [
+    assert [_kernel._bucket(n, 16) for n in (1, 16, 17, 40, 60, 100, 300, 10_000)] == [
         16,
         16,
         20,
@@ -209,13 +218,13 @@ def test_bucketed_sizes():
         320,
         10_240,
     ]
-    assert [kmle._bucket(k, 4) for k in (1, 3, 4, 5, 8, 9)] == [4, 4, 4, 5, 8, 10]
+    assert [_kernel._bucket(k, 4) for k in (1, 3, 4, 5, 8, 9)] == [4, 4, 4, 5, 8, 10]
 
 
 def test_fits_of_nearby_sizes_reuse_the_compiled_programs(three_clusters, fitted3):
     """290 or 300 matrices, K = 2 or 3: the same padded shape (320, 4), no recompilation."""
     X, _ = three_clusters
-    jitted = (kmle._init_state, kmle._hartigan_sweep, kmle._set_weights)
+    jitted = (_kernel._init_state, _kernel._hartigan_sweep, _kernel._set_weights)
     before = [f._cache_size() for f in jitted]
     model = KMLEMixture(n_components=2, random_state=0).fit(X[:290])
     assert model.labels_.shape == (290,) and model.n_components_ == 2
@@ -227,17 +236,20 @@ def test_objective_never_decreases_after_any_single_transfer(three_clusters):
     n = len(X)
     rng = np.random.default_rng(3)
     labels = rng.integers(0, 3, size=n)
-    cap, tol = jnp.asarray(1e6), jnp.asarray(1e-9)
+    # (min_dof, max_dof): min_dof = d - 1 = 2 is the unconstrained MLE
+    cap, tol = jnp.asarray([2.0, 1e6]), jnp.asarray(1e-9)
     # the padded start used by fit (rows 300 -> 320, components 3 -> 4)
-    data, state = kmle._start(kmle.WISHART, _stats(X), labels, 3, cap)
+    data, state = _kernel._start(_kernel.WISHART, _stats(X), labels, 3, cap)
     n_pad = state.labels.shape[0]
-    values = [float(kmle._complete_log_likelihood(state))]
+    values = [float(_kernel._complete_log_likelihood(state))]
     for _ in range(40):
-        perms = kmle._visit_orders(rng, n, n_pad)
-        state, info = kmle._hartigan_sweep(kmle.WISHART, state, data, perms, cap, tol, jnp.int32(1))
-        values.append(float(kmle._complete_log_likelihood(state)))
+        perms = _kernel._visit_orders(rng, n, n_pad)
+        state, info = _kernel._hartigan_sweep(
+            _kernel.WISHART, state, data, perms, cap, tol, jnp.int32(1)
+        )
+        values.append(float(_kernel._complete_log_likelihood(state)))
         # the carried statistics equal those recomputed from the labels
-        _, fresh = kmle._start(kmle.WISHART, _stats(X), np.asarray(state.labels)[:n], 3, cap)
+        _, fresh = _kernel._start(_kernel.WISHART, _stats(X), np.asarray(state.labels)[:n], 3, cap)
         np.testing.assert_allclose(state.agg, fresh.agg, rtol=1e-12)
         np.testing.assert_allclose(state.params.dof[:3], fresh.params.dof[:3], rtol=1e-9)
         # padding never moves and the unused component never receives a point
@@ -255,12 +267,14 @@ def test_singleton_is_never_emptied(three_clusters):
     labels[200:] = 1
     labels[0] = 2
     # with dof capped near the data's 15 the singleton's own density stays moderate
-    cap, tol = jnp.asarray(16.0), jnp.asarray(1e-9)
-    data, state = kmle._start(kmle.WISHART, _stats(X), labels, 3, cap)
+    cap, tol = jnp.asarray([2.0, 16.0]), jnp.asarray(1e-9)
+    data, state = _kernel._start(_kernel.WISHART, _stats(X), labels, 3, cap)
     score = np.asarray(state.log_lik[0] + state.log_weights)
     assert score.argmax() != 2  # it prefers another cluster...
     perms = jnp.asarray(np.tile(np.arange(state.labels.shape[0]), (8, 1)))
-    state, _ = kmle._hartigan_sweep(kmle.WISHART, state, data, perms, cap, tol, jnp.int32(10**6))
+    state, _ = _kernel._hartigan_sweep(
+        _kernel.WISHART, state, data, perms, cap, tol, jnp.int32(10**6)
+    )
     assert int(state.labels[0]) == 2  # ...but line 11 keeps it
     assert np.all(np.asarray(state.counts)[:3] >= 1)
 
@@ -307,9 +321,9 @@ def test_convergence_warning_with_max_iter_1(three_clusters):
 
 
 def _seed_divergence(X):
-    X, log_det = kmle._check_spd_matrices(X)
+    X, log_det = _wishart._check_spd_matrices(X)
     stats = np.concatenate([log_det[:, None], X.reshape(len(X), -1)], 1)
-    return partial(kmle._wishart_seed_divergence, stats)
+    return partial(_seeding._wishart_seed_divergence, stats)
 
 
 def test_seed_divergence_is_burg_divergence(rng):
@@ -368,9 +382,9 @@ def test_share_rule_finds_the_number_of_clusters_only_sometimes(unequal_clusters
 
 
 def _geometry(X):
-    X, log_det = kmle._check_spd_matrices(X)
+    X, log_det = _wishart._check_spd_matrices(X)
     stats = np.concatenate([log_det[:, None], X.reshape(len(X), -1)], 1)
-    return kmle._seeding_geometry(kmle.WISHART, stats)
+    return _seeding._seeding_geometry(_kernel.WISHART, stats)
 
 
 def _chosen_k(X, lam, n_seeds=20):
@@ -446,8 +460,8 @@ def test_gain_rule_vmf_dense_and_sparse_agree():
     y = np.repeat(np.arange(3), 100)
     runs = {}
     for name, data in (("dense", X), ("sparse", scipy.sparse.csr_matrix(X))):
-        geometry = kmle._seeding_geometry(
-            kmle.VMF_SPARSE if name == "sparse" else kmle.VMF_DENSE, data
+        geometry = _seeding._seeding_geometry(
+            _kernel.VMF_SPARSE if name == "sparse" else _kernel.VMF_DENSE, data
         )
         runs[name] = kmle.dp_kmle_gain(geometry, len(X), np.random.default_rng(1), lam=0.25)
     np.testing.assert_array_equal(runs["dense"][0], runs["sparse"][0])
@@ -482,7 +496,7 @@ def test_cauchy_schwarz_matrix_matches_pairwise_formula(three_clusters, fitted3)
 
     def log_inner(a, b):
         log_w = np.log(a.weights_)[:, None] + np.log(b.weights_)[None, :]
-        return scipy.special.logsumexp(log_w + kmle._log_inner_products(a, b))
+        return scipy.special.logsumexp(log_w + _retrieval._log_inner_products(a, b))
 
     M = kmle.cauchy_schwarz_matrix(mixtures)
     for i, a in enumerate(mixtures):
@@ -499,15 +513,16 @@ def test_cauchy_schwarz_errors(fitted3):
         cauchy_schwarz_divergence(fitted3, other)
     assert str(err.value) == "mixtures of different families: 'wishart' and 'vmf'"
     other = copy.copy(fitted3)
-    other._dim = 2
+    other.n_features_in_ = 2
     with pytest.raises(ValueError) as err:
         cauchy_schwarz_divergence(fitted3, other)
     assert str(err.value) == "mixtures of different dimensions: 3 and 2"
-    low = copy.copy(fitted3)  # theta_n = -0.6 (dof 2.8): theta_n + theta_n' = -1.2 <= -1
+    # hand-made (a fit keeps dof >= d + 1): theta_n = -0.6 (dof 2.8), theta_n + theta_n' <= -1
+    low = copy.copy(fitted3)
     low._params = fitted3._params._replace(theta_n=np.full(3, -0.6))
     with pytest.raises(ValueError, match="the Cauchy-Schwarz integral diverges"):
         cauchy_schwarz_divergence(low, low)
-    with pytest.raises(RuntimeError, match="not fitted yet"):
+    with pytest.raises(NotFittedError, match="This KMLEMixture instance is not fitted yet"):
         cauchy_schwarz_divergence(fitted3, KMLEMixture())
 
 
@@ -515,7 +530,7 @@ def test_cauchy_schwarz_inner_product_matches_monte_carlo(three_clusters, fitted
     """int p_j q_j' = E_{X ~ p_j}[q_j'(X)], checked by Monte Carlo on one pair."""
     X, _ = three_clusters
     other = KMLEMixture(n_components=1, random_state=0).fit(X * 1.2)
-    log_inner = kmle._log_inner_products(fitted3, other)
+    log_inner = _retrieval._log_inner_products(fitted3, other)
     rng = np.random.default_rng(11)
     j = 0
     samples = scipy.stats.wishart(fitted3.dof_[j], fitted3.scale_[j]).rvs(20_000, random_state=rng)
@@ -569,31 +584,42 @@ def test_nan_non_symmetric_non_spd_are_rejected_and_input_is_untouched(rng):
     np.testing.assert_array_equal(bad, keep)
 
 
+def _sk(name, rule, value):
+    """scikit-learn's message for a parameter outside its constraint (``rule`` None: the
+    string of the estimator's own StrOptions, whose set order changes with the hash seed)."""
+    if rule is None:
+        rule = str(KMLEMixture._parameter_constraints[name][0])
+    return f"The {name!r} parameter of KMLEMixture must be {rule}. Got {value!r} instead."
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"lam": 0}, "lam must be a number in (0, 1]; got lam=0"),
-        ({"lam": 1.5}, "lam must be a number in (0, 1]; got lam=1.5"),
-        ({"lam": -0.1}, "lam must be a number in (0, 1]; got lam=-0.1"),
-        ({"lam": "0.1"}, "lam must be a number in (0, 1]; got lam='0.1'"),
-        ({"lam": 2.0, "dp_rule": "share"}, "lam must be a number in (0, 1]; got lam=2.0"),
-        ({"dp_rule": "bic"}, "dp_rule must be 'gain' or 'share'; got dp_rule='bic'"),
+        ({"lam": 0}, _sk("lam", "a float in the range (0.0, 1.0]", 0)),
+        ({"lam": 1.5}, _sk("lam", "a float in the range (0.0, 1.0]", 1.5)),
+        ({"lam": -0.1}, _sk("lam", "a float in the range (0.0, 1.0]", -0.1)),
+        ({"lam": "0.1"}, _sk("lam", "a float in the range (0.0, 1.0]", "0.1")),
+        ({"lam": 2.0, "dp_rule": "share"}, _sk("lam", "a float in the range (0.0, 1.0]", 2.0)),
+        ({"dp_rule": "bic"}, _sk("dp_rule", None, "bic")),
         (
             {"n_components": 0},
-            "n_components must be a positive integer or None; got n_components=0",
+            _sk("n_components", "an int in the range [1, inf) or None", 0),
         ),
         (
             {"n_components": 2.0},
-            "n_components must be a positive integer or None; got n_components=2.0",
+            _sk("n_components", "an int in the range [1, inf) or None", 2.0),
         ),
-        ({"family": "gauss"}, "family must be 'wishart' or 'vmf'; got family='gauss'"),
-        ({"max_iter": 0}, "max_iter must be a positive integer; got max_iter=0"),
-        ({"tol": -1.0}, "tol must be a positive finite number; got tol=-1.0"),
-        ({"max_dof": np.inf}, "max_dof must be a positive finite number; got max_dof=inf"),
+        ({"family": "gauss"}, _sk("family", None, "gauss")),
+        ({"max_iter": 0}, _sk("max_iter", "an int in the range [1, inf)", 0)),
+        ({"tol": -1.0}, _sk("tol", "a float in the range (0.0, inf)", -1.0)),
+        ({"max_dof": np.inf}, _sk("max_dof", "a float in the range (0.0, inf)", np.inf)),
         (
-            {"random_state": -3},
-            "random_state must be a non-negative integer or None; got random_state=-3",
+            {"min_dof": 2.0},
+            "min_dof must exceed d = 2 (otherwise the Cauchy-Schwarz divergence between "
+            "fitted mixtures can diverge); got min_dof=2.0",
         ),
+        ({"min_dof": np.nan}, _sk("min_dof", "a float in the range (0.0, inf) or None", np.nan)),
+        ({"max_dof": 2.5}, "max_dof must exceed min_dof = 3.0; got max_dof=2.5"),
     ],
 )
 def test_bad_parameters(rng, kwargs, message):
@@ -605,6 +631,26 @@ def test_bad_parameters(rng, kwargs, message):
     assert str(err.value) == message
 
 
+def test_random_state_kinds(rng, three_clusters):
+    X = three_clusters[0][:60]
+    with pytest.raises(ValueError) as err:
+        KMLEMixture(random_state=-3).fit(X)
+    message = str(err.value)
+    assert message.startswith(
+        "The 'random_state' parameter of KMLEMixture must be an int in the range "
+        "[0, 9223372036854775807], an instance of 'numpy.random.mtrand.RandomState'"
+    )
+    assert message.endswith("Got -3 instead.")
+    # an int seeds NumPy as before; a RandomState / Generator gives one seed drawn from it
+    ref = KMLEMixture(n_components=2, random_state=5).fit(X)
+    for rs in (np.random.RandomState(0), np.random.default_rng(0), jax.random.key(0)):
+        model = KMLEMixture(n_components=2, random_state=rs).fit(X)
+        assert model.labels_.shape == ref.labels_.shape
+    a = KMLEMixture(n_components=2, random_state=np.random.RandomState(3)).fit(X)
+    b = KMLEMixture(n_components=2, random_state=np.random.RandomState(3)).fit(X)
+    np.testing.assert_array_equal(a.seeds_, b.seeds_)
+
+
 def test_more_components_than_samples(rng):
     with pytest.raises(ValueError) as err:
         KMLEMixture(n_components=4).fit(random_spd(rng, 2, n=3))
@@ -612,7 +658,7 @@ def test_more_components_than_samples(rng):
 
 
 def test_predict_before_fit_and_wrong_dimension(rng, fitted3):
-    with pytest.raises(RuntimeError, match="not fitted yet"):
+    with pytest.raises(NotFittedError, match="This KMLEMixture instance is not fitted yet"):
         KMLEMixture().predict(random_spd(rng, 3, n=2))
     with pytest.raises(ValueError) as err:
         fitted3.predict(random_spd(rng, 2, n=2))
@@ -650,6 +696,149 @@ def test_basic_motions_retrieval_beats_chance():
         train, y[split == 0], test, window_sizes=(25, 50), step=25, n_components=2
     )
     assert np.mean(pred == y[split == 1]) >= 0.9
+
+
+# ------------------------------------------------------- degrees of freedom above d (issue 18)
+
+
+def spread_energy(rng, n=120, d=3, spread=1.5):
+    """Wishart(10, I) matrices times scale factors exp(spread * N(0, 1)): windows of a signal
+    whose energy varies by orders of magnitude, where the unconstrained dof falls below d."""
+    W = scipy.stats.wishart(10, np.eye(d)).rvs(n, random_state=rng)
+    return W * np.exp(spread * rng.normal(size=n))[:, None, None]
+
+
+def test_min_dof_is_the_constrained_maximum(rng):
+    X = spread_energy(rng)
+    d, n = 3, len(X)
+    dof_free, _, _ = kmle.wishart_mle(X)
+    assert dof_free < d  # the case of issue 18: the MLE leaves the CS-finite region
+    log_det = np.linalg.slogdet(X)[1]
+    args = (np.array([n * 1.0]), log_det.sum()[None], X.sum(0)[None])
+    with jax.enable_x64(True):
+        free = kmle.wishart_mle_from_stats(*args)
+        bound = kmle.wishart_mle_from_stats(*args, min_dof=d + 1.0)
+    np.testing.assert_allclose(free.dof[0], dof_free, rtol=1e-5)
+    assert float(bound.dof[0]) == d + 1.0
+
+    def mean_loglik(dof):  # profile likelihood: S from eq. (4) at this dof
+        scale = X.sum(0) / (n * dof)
+        return np.mean(scipy.stats.wishart(dof, scale).logpdf(np.moveaxis(X, 0, -1)))
+
+    # the bound is the maximiser over dof >= d + 1 (the profile decreases beyond the root)
+    grid = d + 1.0 + np.array([1e-3, 0.1, 1.0, 5.0])
+    assert all(mean_loglik(d + 1.0) > mean_loglik(g) for g in grid)
+    with pytest.raises(ValueError) as err:
+        kmle.wishart_mle_from_stats(*args, min_dof=2.0)
+    assert (
+        str(err.value) == "min_dof must lie in (d - 1, max_dof) = (2, 1000000.0); got min_dof=2.0"
+    )
+
+
+def test_kmle_keeps_every_dof_above_d_and_cauchy_schwarz_finite(rng):
+    d = 3
+    samples = [spread_energy(rng), spread_energy(rng, spread=2.0)]
+    models = [KMLEMixture(n_components=2, random_state=0).fit(X) for X in samples]
+    dofs = np.concatenate([m.dof_ for m in models])
+    assert np.all(dofs >= d + 1.0) and np.any(dofs == d + 1.0)  # the bound binds
+    for m in models:  # the constrained MLE keeps k-MLE monotone
+        assert np.all(np.diff(m.lower_bounds_) >= -1e-12 * np.abs(m.lower_bounds_[:-1]))
+    cs = kmle.cauchy_schwarz_matrix(models)
+    assert np.all(np.isfinite(cs)) and np.all(cs >= -1e-10)
+    np.testing.assert_allclose(np.diag(cs), 0.0, atol=1e-10)
+    looser = KMLEMixture(n_components=2, min_dof=3.5, random_state=0).fit(samples[0])
+    assert np.all(looser.dof_ >= 3.5)
+    # any min_dof > d keeps the divergence finite, also across mixtures of different bounds
+    assert np.all(np.isfinite(kmle.cauchy_schwarz_matrix([looser], models)))
+
+
+def test_short_windows_need_shrinkage(rng):
+    x = rng.normal(size=(30, 4))
+    with pytest.raises(ValueError) as err:
+        kmle.windowed_cross_products(x, window_sizes=(4,), step=2, shrinkage=0.0)
+    assert str(err.value) == (
+        "a window of 4 samples has a centred cross-product of rank at most 3 < d = 4: not "
+        "positive definite. Use windows of at least d + 1 = 5 samples or shrinkage > 0"
+    )
+    # a series shorter than the window is one window of its own length
+    with pytest.raises(ValueError, match="a window of 3 samples"):
+        kmle.windowed_cross_products(x[:3], window_sizes=(20,), step=2, shrinkage=0.0)
+    assert kmle.windowed_cross_products(x, window_sizes=(5,), step=5, shrinkage=0.0).shape == (
+        6,
+        4,
+        4,
+    )
+    for kwargs, message in [
+        ({"window_sizes": (1,)}, "window_sizes must be integers of at least 2; got (1,)"),
+        ({"step": 0}, "step must be a positive integer; got step=0"),
+        ({"shrinkage": -1.0}, "shrinkage must be a finite number >= 0; got shrinkage=-1.0"),
+    ]:
+        with pytest.raises(ValueError) as err:
+            kmle.windowed_cross_products(x, **{"window_sizes": (5,), "step": 5, **kwargs})
+        assert str(err.value) == message
+    with pytest.raises(ValueError) as err:
+        kmle.windowed_cross_products(x[:1], window_sizes=(5,), step=5)
+    assert str(err.value) == "series has 1 time steps; a centred window needs at least 2"
+
+
+def load_series(folder, name):
+    arch = np.load(folder / f"{name}.series.npz")
+    data, offsets = arch["data"], arch["offsets"]
+    return [data[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+@pytest.mark.data
+def test_basic_motions_sample_covariance_windows_give_finite_cauchy_schwarz():
+    """Issue 18's reproduction: series 1 of BasicMotions, windows of 20 samples (step 10),
+    sample covariances, 2 components, had a component with dof 5.98 < d = 6, so
+    cauchy_schwarz_divergence raised; series 6, 9 had 6.08, 6.41."""
+    folder = shared_data_or_skip("BasicMotions.series.npz")
+    series = load_series(folder, "BasicMotions")
+    models = []
+    for i in (1, 6, 9):
+        s = series[i]
+        X = np.asarray([np.cov(s[a : a + 20], rowvar=False) for a in range(0, 81, 10)])
+        models.append(KMLEMixture(n_components=2, random_state=0).fit(X))
+    assert all(np.all(m.dof_ >= 7.0) for m in models)
+    cs = kmle.cauchy_schwarz_matrix(models)
+    assert np.all(np.isfinite(cs)) and np.all(cs >= -1e-10)
+    assert np.isfinite(cauchy_schwarz_divergence(models[0], models[0]))
+
+
+MULTICHANNEL = {
+    "BasicMotions": 6,
+    "JapaneseVowels": 12,
+    "SelfRegulationSCP1": 6,
+    "EyesOpenShut": 14,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.data
+@pytest.mark.parametrize("name", sorted(MULTICHANNEL))
+def test_retrieval_on_every_multichannel_set(name):
+    """Windows of 10, 20 and 50 samples, no error: windows shorter than d + 1 (and
+    JapaneseVowels series shorter than the window, down to 7 samples for d = 12) are SPD by
+    the default shrinkage; the fitted dof > d keeps every divergence finite. Three training
+    and three test series per set, the shortest ones first (the benchmark runs all)."""
+    folder = shared_data_or_skip(f"{name}.series.npz", f"{name}.y.npy", f"{name}.split.npy")
+    series = load_series(folder, name)
+    y, split = np.load(folder / f"{name}.y.npy"), np.load(folder / f"{name}.split.npy")
+    assert series[0].shape[1] == MULTICHANNEL[name]
+    order = np.argsort([len(s) for s in series], kind="stable")
+    train = [i for i in order if split[i] == 0][:3]
+    test = [i for i in order if split[i] == 1][:3]
+    for w in (10, 20, 50):
+        pred, div = kmle.nearest_neighbor_retrieval(
+            [series[i] for i in train],
+            y[train],
+            [series[i] for i in test],
+            window_sizes=(w,),
+            step=max(w // 2, 1),
+            n_components=2,
+        )
+        assert div.shape == (3, 3) and np.all(np.isfinite(div)) and np.all(div >= -1e-10)
+        assert set(pred) <= set(y[train])
 
 
 @pytest.mark.slow
@@ -733,7 +922,7 @@ def test_save_load_unfitted(tmp_path):
     save(KMLEMixture(family="vmf", lam=0.5, random_state=3), tmp_path / "unfitted.npz")
     loaded = load(tmp_path / "unfitted.npz")
     assert loaded.get_params()["lam"] == 0.5 and loaded.family == "vmf"
-    with pytest.raises(RuntimeError, match="not fitted yet"):
+    with pytest.raises(NotFittedError, match="This KMLEMixture instance is not fitted yet"):
         loaded.predict(_vmf_blobs())
 
 

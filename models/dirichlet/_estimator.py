@@ -1,0 +1,749 @@
+r"""The VMFMix estimator :class:`DirichletVMFMixture` [1]_.
+
+References
+----------
+.. [1] S. Li, "Dirichlet-vMF Mixture Model", arXiv:1702.07495 (2017).
+.. [4] X. Li, J. Chi, C. Li, J. OuYang and B. Fu, "Integrating topic modeling with word
+   embeddings by mixtures of vMFs", COLING 2016.
+.. [5] M. D. Hoffman, D. M. Blei, C. Wang and J. Paisley, "Stochastic variational
+   inference", JMLR 14 (2013) 1303-1347.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from bayesvmf import _mixture, _parallel
+from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator
+from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models.dirichlet._corpus import (
+    _check_documents,
+    padded_corpus,
+    prepare_corpus,
+    shard_documents,
+)
+from bayesvmf.models.dirichlet._gibbs import (
+    GibbsDraw,
+    GibbsHyper,
+    _gibbs_chunk_jit,
+    _init_gibbs_state,
+)
+from bayesvmf.models.dirichlet._svi import SVIStats, _sharded_svi_step, _svi_step
+from bayesvmf.models.dirichlet._vem import (
+    VEMHyper,
+    _sharded_vem_step,
+    _vem_step,
+    e_step_documents,
+    init_vem_state,
+)
+
+#: Sweeps per compiled Gibbs chunk (the progress bar moves between chunks).
+GIBBS_CHUNK = 25
+
+
+def _match_topics(reference, other):
+    """Permutation p maximising sum_k reference_k . other_{p(k)} (Hungarian algorithm)."""
+    _, cols = linear_sum_assignment(-(np.asarray(reference) @ np.asarray(other).T))
+    return cols
+
+
+class DirichletVMFMixture(BaseVMFEstimator):
+    r"""Dirichlet-vMF mixture over sets of vectors (VMFMix [1]_), by VEM or collapsed Gibbs.
+
+    Each document is a set of unit vectors drawn from a document-specific mixture of K vMF
+    topics shared by all documents: theta_i ~ Dir(alpha), z_ij ~ Cat(theta_i),
+    x_ij ~ vMF(mu_{z_ij}, kappa_{z_ij}). ``inference="vem"`` maximises the bound of
+    eqs. (5) + (8) of [1]_ over q and the topics (eqs. (9), (10)), with ``n_init``
+    restarts; ``inference="gibbs"`` samples the collapsed posterior (module docstring).
+
+    Parameters
+    ----------
+    n_topics : int, default=10
+        K (scikit-learn's ``LatentDirichletAllocation`` default).
+    alpha : float, default=0.1
+        Symmetric Dirichlet parameter of theta_i.
+    inference : {"vem", "gibbs"}, default="vem"
+    n_init : int, default=4
+        VEM restarts, each from its own key; the first whose final bound is within ``tol``
+        per unit of weight of the best is kept (:func:`bayesvmf._mixture.best_run`).
+    max_iter : int, default=200
+        VEM iterations per restart.
+    tol : float, default=1e-5
+        VEM stops when the bound increases by at most ``tol`` per unit of vector weight.
+    kappa_max : float, default=1e6
+        Cap on the concentrations (a topic on a single repeated vector would diverge).
+    num_chains : int, default=2
+        Gibbs chains (vmapped; each has its own key and initialisation).
+    num_warmup, num_samples : int, default=200, 200
+        Gibbs sweeps discarded (MH step adapted) and kept per chain.
+    mu_prior_concentration : float, default=0.0
+        c0 of the vMF prior on mu_k (Gibbs); 0 is the uniform prior. mu0 is the direction of
+        the weighted mean of the training vectors.
+    kappa_prior : tuple of two floats, default=(1.0, 0.01)
+        Gamma(shape, rate) prior of kappa_k (Gibbs).
+    random_state : int, RandomState, Generator, JAX key or None, default=None
+        Seed of the fit (:func:`bayesvmf._base.make_key`; NumPy ``RandomState`` and
+        ``Generator`` give one seed drawn from them).
+    progress_bar : bool, default=False
+        Show a tqdm bar over VEM iterations or Gibbs chunks.
+    normalize : bool, default=True
+        Rescale the vectors to unit norm (with False they must already be unit norm).
+    learning_decay : float in (0.5, 1], default=0.7
+        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`.
+    learning_offset : float >= 0, default=1.0
+        The offset tau of those step sizes (larger values damp the first steps).
+    dtype : {"float64", "mixed"}, default="float64"
+        "mixed" stores the vectors in float32 and runs the two data products X @ mu.T and
+        resp.T @ X in float32 (VEM, SVI, transform, score); everything else (log-normalisers,
+        digamma, softmax, kappa, the bound) stays float64. The cosines x'mu_k and the
+        resultants r_k then carry float32 rounding (unit roundoff 6e-8, accumulated over the
+        d terms of a product), the log-likelihood terms kappa_k mu_k' x about kappa_k times
+        that. On the speed benchmark (N = 1e5, d = 100, K = 30) one mixed VEM step moved the
+        bound by 5.8e-11 (relative), mu by 9.4e-8 and kappa by 2.8e-7 (relative) against
+        float64 from the same state (benchmarks/results/dirichlet.md). The Gibbs sampler
+        always runs in float64.
+    devices : None, int or list of jax devices, default=None
+        Data-parallel VEM (DESIGN.md section 6): the documents are split into one group of
+        whole documents per device, about equal in vectors (:func:`shard_documents`);
+        every device computes q(z) and phi of its documents and their statistics (n_k,
+        r_k, the entropy of q(z), the theta part of the bound), which are added with
+        ``psum``; the M-step runs replicated. The k-means++ draws of the initialisation
+        follow the vectors' global order, so the fit equals the one-device fit to
+        floating-point accuracy. An int n means the first n of ``jax.devices()``; None is
+        the default device. ``fit`` and ``partial_fit`` (each chunk split over the devices,
+        padded to bucket sizes) shard; ``transform``, ``score`` etc. run on the default
+        device; Gibbs sampling is not sharded.
+
+    Attributes
+    ----------
+    mean_directions_ : ndarray of shape (K, d)
+    concentrations_ : ndarray of shape (K,)
+    weights_ : ndarray of shape (K,)
+        Share of the training weight in each topic.
+    lower_bound_ : float
+        Final bound (VEM, best restart); NaN for Gibbs.
+    lower_bounds_ : ndarray
+        The bound after each iteration of the best restart (VEM; empty for Gibbs).
+    lower_bounds_all_ : list of ndarray
+        The bound paths of every restart (VEM).
+    n_iter_ : int
+    converged_ : bool
+    doc_topic_ : ndarray of shape (M, K)
+        E[theta_i] of the training documents.
+    samples_ : dict of ndarray
+        Gibbs only: ``kappa`` (chain, draw, topic), ``mu`` (chain, draw, topic, feature),
+        ``weights`` (chain, draw, topic), ``lp``, ``n_occupied``, ``kappa_accept``. Chains
+        are relabelled to agree with chain 0 (Hungarian matching of mean directions).
+    n_sets_seen_, n_steps_ : int
+        VEM fits and :meth:`partial_fit`: documents seen (of the fit, or of the first chunk,
+        and of the chunks since) and SVI steps done since. Absent after a Gibbs fit.
+
+    References
+    ----------
+    .. [1] S. Li, "Dirichlet-vMF Mixture Model", arXiv:1702.07495 (2017).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from bayesvmf.models import DirichletVMFMixture
+    >>> rng = np.random.default_rng(0)
+    >>> centers = np.array([[1.0, 0, 0], [0, 1.0, 0]])
+    >>> docs = [centers[rng.integers(2, size=8)] + 0.05 * rng.normal(size=(8, 3))
+    ...         for _ in range(10)]
+    >>> model = DirichletVMFMixture(2, n_init=1, random_state=0).fit(docs)
+    >>> theta = model.transform(docs)
+    >>> theta.shape, bool(np.allclose(theta.sum(axis=1), 1.0))
+    ((10, 2), True)
+    """
+
+    _parameter_constraints = {
+        "n_topics": [Interval(numbers.Integral, 1, None, closed="left")],
+        "alpha": [Interval(numbers.Real, 0, None, closed="neither")],
+        "inference": [StrOptions({"vem", "gibbs"})],
+        "n_init": [Interval(numbers.Integral, 1, None, closed="left")],
+        "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "kappa_max": [Interval(numbers.Real, 0, None, closed="neither")],
+        "num_chains": [Interval(numbers.Integral, 1, None, closed="left")],
+        "num_warmup": [Interval(numbers.Integral, 0, None, closed="left")],
+        "num_samples": [Interval(numbers.Integral, 1, None, closed="left")],
+        "mu_prior_concentration": [Interval(numbers.Real, 0, None, closed="left")],
+        "kappa_prior": [tuple, list],  # two positive numbers: checked in _validate_params
+        "random_state": RANDOM_STATE,
+        "progress_bar": ["boolean"],
+        "normalize": ["boolean"],
+        "learning_decay": [Interval(numbers.Real, 0.5, 1, closed="right")],
+        "learning_offset": [Interval(numbers.Real, 0, None, closed="left")],
+        "dtype": [StrOptions({"float64", "mixed"})],
+        # devices: checked in _validate_params with the message every estimator gives
+    }
+    _fitted_check = ("mean_directions_",)
+
+    def __sklearn_tags__(self):
+        """Return the tags: the input is a list of documents, not a 2-D array or sparse matrix."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.sparse = False
+        return tags
+
+    def __init__(
+        self,
+        n_topics: int = 10,
+        *,
+        alpha: float = 0.1,
+        inference: str = "vem",
+        n_init: int = 4,
+        max_iter: int = 200,
+        tol: float = 1e-5,
+        kappa_max: float = 1e6,
+        num_chains: int = 2,
+        num_warmup: int = 200,
+        num_samples: int = 200,
+        mu_prior_concentration: float = 0.0,
+        kappa_prior: tuple[float, float] = (1.0, 0.01),
+        random_state: int | None = None,
+        progress_bar: bool = False,
+        normalize: bool = True,
+        learning_decay: float = 0.7,
+        learning_offset: float = 1.0,
+        dtype: str = "float64",
+        devices=None,
+    ):
+        self.n_topics = n_topics
+        self.alpha = alpha
+        self.inference = inference
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.kappa_max = kappa_max
+        self.num_chains = num_chains
+        self.num_warmup = num_warmup
+        self.num_samples = num_samples
+        self.mu_prior_concentration = mu_prior_concentration
+        self.kappa_prior = kappa_prior
+        self.random_state = random_state
+        self.progress_bar = progress_bar
+        self.normalize = normalize
+        self.learning_decay = learning_decay
+        self.learning_offset = learning_offset
+        self.dtype = dtype
+        self.devices = devices
+
+    # ---------------------------------------------------------------- persistence
+    #: fitted arrays and JSON scalars written by :func:`bayesvmf.save` (``_get_state``);
+    #: ``lower_bounds_all_`` (a ragged list) and ``samples_`` (a dict) are flattened below
+    _fitted_arrays = (
+        "mean_directions_",
+        "concentrations_",
+        "weights_",
+        "doc_topic_",
+        "lower_bounds_",
+        "collapsed_",
+    )
+    _fitted_scalars = (
+        "lower_bound_",
+        "n_iter_",
+        "converged_",
+        "n_features_",
+        "n_sets_seen_",
+        "n_steps_",
+    )
+
+    def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Return (arrays, JSON scalars) of the fitted attributes, for :func:`bayesvmf.save`."""
+        arrays = {n: np.asarray(getattr(self, n)) for n in self._fitted_arrays if hasattr(self, n)}
+        scalars = {}
+        for name in self._fitted_scalars:
+            if hasattr(self, name):
+                value = getattr(self, name)
+                scalars[name] = value.item() if isinstance(value, np.generic) else value
+        if hasattr(self, "lower_bounds_all_"):
+            runs = [np.asarray(r, dtype=np.float64) for r in self.lower_bounds_all_]
+            arrays["lower_bounds_all_"] = np.concatenate(runs) if runs else np.zeros(0)
+            arrays["lower_bounds_all_lengths"] = np.array([len(r) for r in runs], np.int64)
+        for name, value in getattr(self, "samples_", {}).items():
+            arrays[f"samples_{name}"] = np.asarray(value)
+        return arrays, scalars
+
+    def _set_state(self, arrays: dict[str, np.ndarray], scalars: dict[str, Any]) -> None:
+        """Restore the fitted attributes written by :meth:`_get_state`."""
+        arrays = dict(arrays)
+        if "lower_bounds_all_" in arrays:
+            flat = arrays.pop("lower_bounds_all_")
+            lengths = arrays.pop("lower_bounds_all_lengths", None)
+            if lengths is None or int(np.sum(lengths)) != flat.shape[0]:
+                raise ValueError("lower_bounds_all_ does not match lower_bounds_all_lengths")
+            self.lower_bounds_all_ = np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else []
+        samples = {
+            k[len("samples_") :]: arrays.pop(k) for k in list(arrays) if k.startswith("samples_")
+        }
+        if samples:
+            unknown = set(samples) - set(GibbsDraw._fields)
+            if unknown:
+                raise ValueError(f"unexpected fitted attribute samples_{sorted(unknown)[0]}")
+            self.samples_ = samples
+        for name, value in {**scalars, **arrays}.items():
+            if name not in self._fitted_arrays + self._fitted_scalars:
+                raise ValueError(f"unexpected fitted attribute {name!r}")
+            setattr(self, name, value)
+
+    # ---------------------------------------------------------------- validation
+    def _validate_params(self) -> None:
+        """Check the arguments (scikit-learn's constraints), then what they cannot say."""
+        super()._validate_params()
+        prior = self.kappa_prior
+        if not (
+            isinstance(prior, tuple | list)
+            and len(prior) == 2
+            and all(isinstance(v, numbers.Real) and v > 0 for v in prior)
+        ):
+            raise ValueError(
+                f"kappa_prior must be two positive numbers (shape, rate), got {prior!r}"
+            )
+        if not _parallel.DevicesOption().check(self.devices):
+            raise TypeError(
+                f"devices must be {_parallel.DevicesOption().describe()}, got {self.devices!r}"
+            )
+        _parallel.resolve_devices(self.devices)  # before anything of the fitted model changes
+        if self.devices is not None and self.inference != "vem":
+            raise ValueError(
+                f"devices={self.devices!r} shards variational EM; the collapsed Gibbs sampler "
+                "visits the tokens one after another on one device: use devices=None with "
+                "inference='gibbs'"
+            )
+
+    def _product_dtype(self):
+        return jnp.float32 if self.dtype == "mixed" else jnp.float64
+
+    def _corpus(self, docs, weights, *, fitted: bool):
+        n_features = self.mean_directions_.shape[1] if fitted else None
+        X, w, offsets = _check_documents(
+            docs, weights, normalize=self.normalize, n_features=n_features
+        )
+        return X, w, offsets
+
+    # ---------------------------------------------------------------- fit
+    def fit(self, docs, weights=None) -> DirichletVMFMixture:
+        """Fit the topics to documents.
+
+        Parameters
+        ----------
+        docs : list of array-like of shape (n_i, d)
+            The documents, each a set of vectors (rows); lengths may differ.
+        weights : list of array-like of shape (n_i,), optional
+            Nonnegative count of each vector (whole numbers for ``inference="gibbs"``).
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        self._fit_new(docs, weights)
+        return self
+
+    def _fit_new(self, docs, weights):
+        """Validate documents against nothing fitted and fit; return the checked (X, w, offsets)."""
+        X, w, offsets = self._corpus(docs, weights, fitted=False)
+        if X.shape[0] < self.n_topics:
+            raise ValueError(
+                f"docs hold {X.shape[0]} vectors in total, fewer than n_topics={self.n_topics}"
+            )
+        key = self._make_key()
+        # a new fit forgets any stream; a VEM fit starts its own (see _fit_vem)
+        self._online = None
+        for name in ("n_sets_seen_", "n_steps_"):
+            self.__dict__.pop(name, None)
+        with jax.enable_x64(True):
+            if self.inference == "vem":
+                self._fit_vem(key, X, w, offsets)
+            else:
+                self._fit_gibbs(key, X, w, offsets)
+        return X, w, offsets
+
+    def partial_fit(self, docs, weights=None, *, n_sets: int | None = None):
+        r"""Update the topics with one chunk of documents: stochastic variational inference.
+
+        SVI of Hoffman et al. [5]_ (Algorithm 1) over chunks of whole documents. Local step:
+        q(theta_i) and q(z_i) of the chunk's documents, eq. (9) of [1]_ iterated to
+        convergence with the topics held fixed. Global step: the natural statistics of the
+        topics, s = (n_{..k}, r_k) of eqs. (6), (7), move towards the chunk's statistics
+        scaled to the corpus, s_t = (1 - rho_t) s_{t-1} + rho_t (M / M_chunk) s(chunk), with
+        rho_t = (t + ``learning_offset``)^(-``learning_decay``) for the t-th update (a in
+        (0.5, 1]: sum rho_t infinite, sum rho_t^2 finite, the Robbins-Monro conditions of
+        the convergence argument); mu and kappa are the batch M-step of s_t (eq. (10),
+        kappa solved exactly). See :func:`svi_step`.
+
+        The first call on an unfitted model (or one restored by :func:`bayesvmf.load`, which
+        carries no stream state) initialises from the first chunk: a batch VEM fit of it
+        (``n_init`` restarts, ``max_iter``, ``tol``; it needs at least ``n_topics`` vectors),
+        followed by one SVI step with rho = 1, which sets the running statistics to the
+        chunk's. A model fitted by VEM continues from the statistics of that fit, with t
+        counted from it.
+        Chunks are padded to a few bucket sizes (vectors and documents, at most 41% padding,
+        weight 0), so a stream of similar chunks compiles a few programs and then none.
+
+        Parameters
+        ----------
+        docs : list of array-like of shape (n_i, d)
+            The chunk: whole documents (sets of vectors).
+        weights : list of array-like of shape (n_i,), optional
+            Nonnegative count of each vector.
+        n_sets : int or None, default=None
+            Number of documents M of the corpus the chunks come from (the scale M / M_chunk).
+            None uses the documents seen so far, ``n_sets_seen_`` (an endless stream).
+
+        Returns
+        -------
+        self
+
+        Notes
+        -----
+        After a call, ``doc_topic_`` holds E[theta_i] of the chunk's documents and
+        ``lower_bound_`` the chunk's bound (5) + (8) per unit of vector weight, both at the
+        topics before the update; ``weights_`` is the running share n_{..k} / sum n_{..k}.
+        Only ``inference="vem"`` streams. ``fit`` forgets the stream (a VEM fit starts a new
+        one from its own statistics). A call whose chunk fails validation raises and leaves
+        the model unchanged.
+        """
+        online = getattr(self, "_online", None)
+        first = online is None
+        # every call: set_params may have changed anything since the last one
+        self._validate_params()
+        if self.inference != "vem":
+            raise ValueError(
+                f"partial_fit needs inference='vem' (stochastic VI), got {self.inference!r}"
+            )
+        if not first and online[1].shape[0] != self.n_topics:
+            raise ValueError(
+                f"n_topics={self.n_topics} differs from the {online[1].shape[0]} topics of the "
+                "stream this model carries; restore n_topics or call fit to start anew"
+            )
+        if n_sets is not None and (
+            not isinstance(n_sets, numbers.Integral) or isinstance(n_sets, bool) or n_sets < 1
+        ):
+            raise ValueError(f"n_sets must be None or an integer >= 1, got {n_sets!r}")
+        # the counters change only once the step has succeeded: a chunk that fails
+        # validation leaves the model as it was
+        if first:
+            X, w, offsets = self._fit_new(docs, weights)
+            online, n_steps, step_size = self._online, 0, 1.0
+            n_seen = len(offsets) - 1
+        else:
+            X, w, offsets = self._corpus(docs, weights, fitted=True)
+            n_steps = self.n_steps_ + 1
+            step_size = (n_steps + self.learning_offset) ** (-self.learning_decay)
+            n_seen = self.n_sets_seen_ + len(offsets) - 1
+        n_chunk = len(offsets) - 1
+        corpus_sets = n_seen if n_sets is None else n_sets
+        devices = _parallel.resolve_devices(self.devices)
+        with jax.enable_x64(True):
+            if devices is None:
+                corpus, n_docs = padded_corpus(X, w, offsets, self._product_dtype())
+                step, doc_counts, doc_index = _svi_step, jnp.int32(n_docs), np.arange(n_docs)
+            else:
+                sharded = shard_documents(
+                    X, w, offsets, devices, self._product_dtype(), bucket=True
+                )
+                corpus, step = sharded.corpus, _sharded_svi_step(sharded.mesh)
+                doc_counts, doc_index = sharded.doc_counts, sharded.doc_index
+            stats, mu, kappa, collapsed, phi, bound = step(
+                *online,
+                corpus,
+                doc_counts,
+                jnp.float64(self.alpha),
+                jnp.float64(self.kappa_max),
+                jnp.float64(step_size),
+                jnp.float64(corpus_sets / n_chunk),
+            )
+            self._online = (stats, mu, kappa)
+            resp_sum = np.asarray(stats.resp_sum)
+            phi = np.asarray(phi)[doc_index]
+            self.mean_directions_ = np.asarray(mu)
+            self.concentrations_ = np.asarray(kappa)
+            self.collapsed_ = np.asarray(collapsed)
+            self.weights_ = resp_sum / resp_sum.sum()
+            self.doc_topic_ = phi / phi.sum(axis=1, keepdims=True)
+            self.lower_bound_ = float(bound) / float(w.sum())
+        self.n_sets_seen_, self.n_steps_ = n_seen, n_steps
+        if not first:
+            self.n_iter_ += 1
+        return self
+
+    def _progress(self, total, desc):
+        if not self.progress_bar:
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc)
+
+    def _fit_vem(self, key, X, w, offsets) -> None:
+        devices = _parallel.resolve_devices(self.devices)
+        hyper = VEMHyper(jnp.float64(self.alpha), jnp.float64(self.kappa_max))
+        if devices is None:
+            corpus, step = prepare_corpus(X, w, offsets, self._product_dtype()), _vem_step
+            rows, doc_index = {}, None
+        else:
+            sharded = shard_documents(X, w, offsets, devices, self._product_dtype())
+            corpus, step = sharded.corpus, _sharded_vem_step(sharded.mesh)
+            rows = {"row_id": sharded.row_id, "n_real": sharded.n_real}
+            doc_index = sharded.doc_index
+        total = float(w.sum())
+        runs, all_bounds = [], []
+        for r, run_key in enumerate(jax.random.split(key, self.n_init)):
+            state = init_vem_state(run_key, corpus, hyper, int(self.n_topics), **rows)
+            bounds, converged = [], False
+            bar = self._progress(self.max_iter, f"VEM restart {r + 1}/{self.n_init}")
+            for _ in range(self.max_iter):
+                state, info = step(state, corpus, hyper)
+                bounds.append(float(info.lower_bound))
+                if bar is not None:
+                    bar.update()
+                if len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= self.tol * total:
+                    converged = True
+                    break
+            if bar is not None:
+                bar.close()
+            all_bounds.append(np.array(bounds))
+            runs.append((state, bounds, converged, info))
+        # the first restart within tol (per unit of weight) of the best: near-ties are one
+        # optimum, and the choice must not hang on rounding (e.g. the device count)
+        best = _mixture.best_run([b[-1] for b in all_bounds], self.tol * total)
+        state, bounds, converged, info = runs[best]
+        if not converged:
+            warnings.warn(
+                f"DirichletVMFMixture (vem): the best of {self.n_init} restarts did not converge "
+                f"in max_iter={self.max_iter} iterations (last bound change "
+                f"{abs(bounds[-1] - bounds[-2]) / total if len(bounds) > 1 else np.inf:.3g} "
+                f"per vector > tol={self.tol}); increase max_iter or tol",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        self.mean_directions_ = np.asarray(state.mu)
+        self.concentrations_ = np.asarray(state.kappa)
+        phi = np.asarray(state.phi)
+        if doc_index is not None:  # the real documents of the sharded table, in order
+            phi = phi[doc_index]
+        self.doc_topic_ = phi / phi.sum(axis=1, keepdims=True)
+        resp_sum = np.asarray(info.resp_sum)
+        self.weights_ = resp_sum / resp_sum.sum()
+        self.lower_bounds_ = np.array(bounds)
+        self.lower_bounds_all_ = all_bounds
+        self.lower_bound_ = bounds[-1]
+        self.n_iter_ = len(bounds)
+        self.converged_ = converged
+        self.collapsed_ = np.asarray(info.collapsed)
+        # the statistics of eqs. (6), (7) behind the returned topics: partial_fit continues
+        # from them (SVI step t = 1, 2, ... after this fit)
+        self._online = (
+            SVIStats(
+                jnp.asarray(info.resp_sum, jnp.float64), jnp.asarray(info.resultant, jnp.float64)
+            ),
+            jnp.asarray(state.mu, jnp.float64),
+            jnp.asarray(state.kappa, jnp.float64),
+        )
+        self.n_sets_seen_, self.n_steps_ = len(offsets) - 1, 0
+
+    def _fit_gibbs(self, key, X, w, offsets) -> None:
+        if not np.allclose(w, np.round(w)):
+            j = int(np.flatnonzero(~np.isclose(w, np.round(w)))[0])
+            i = int(np.searchsorted(offsets, j, side="right") - 1)
+            raise ValueError(
+                f"weights[{i}] must hold whole numbers (counts) for inference='gibbs'; "
+                f"position {j - offsets[i]} is {w[j]!r}"
+            )
+        # a vector of count w is w tokens, each with its own topic
+        counts = np.round(w).astype(np.int64)
+        lengths = np.array(
+            [counts[offsets[i] : offsets[i + 1]].sum() for i in range(len(offsets) - 1)]
+        )
+        Xt = np.repeat(X, counts, axis=0)
+        tok_offsets = np.concatenate([[0], np.cumsum(lengths)])
+        corpus = prepare_corpus(Xt, np.ones(len(Xt)), tok_offsets)
+        d = X.shape[1]
+        mean = (w[:, None] * X).sum(axis=0)
+        mu0 = mean / max(np.linalg.norm(mean), np.finfo(float).tiny)
+        hyper = GibbsHyper(
+            jnp.float64(self.alpha),
+            jnp.asarray(self.mu_prior_concentration * mu0, jnp.float64),
+            jnp.float64(self.kappa_prior[0]),
+            jnp.float64(self.kappa_prior[1]),
+            jnp.float64(self.kappa_max),
+        )
+        vem_hyper = VEMHyper(hyper.alpha, hyper.kappa_max)
+        k_init, k_run = jax.random.split(key)
+        init_keys = jax.random.split(k_init, self.num_chains)
+        states = [_init_gibbs_state(k, corpus, vem_hyper, int(self.n_topics)) for k in init_keys]
+        states = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+        n_total = self.num_warmup + self.num_samples
+        n_chunks = -(-n_total // GIBBS_CHUNK)
+        adapt_all = (np.arange(n_chunks * GIBBS_CHUNK) < self.num_warmup).astype(np.float64)
+        # sweeps past n_total (chunk rounding) must not enter the theta average either
+        keep = (np.arange(n_chunks * GIBBS_CHUNK) < n_total).astype(np.float64)
+        adapt_all = np.where(keep > 0, adapt_all, 1.0)
+        theta_sum = jnp.zeros((self.num_chains,) + corpus.doc_weight.shape + (self.n_topics,))
+        chunk_keys = jax.random.split(k_run, n_chunks * self.num_chains * GIBBS_CHUNK).reshape(
+            n_chunks, self.num_chains, GIBBS_CHUNK
+        )
+        draws = []
+        bar = self._progress(n_chunks, "Gibbs")
+        for c in range(n_chunks):
+            adapt = jnp.asarray(adapt_all[c * GIBBS_CHUNK : (c + 1) * GIBBS_CHUNK])
+            adapt = jnp.broadcast_to(adapt, (self.num_chains, GIBBS_CHUNK))
+            states, theta_sum, chunk = _gibbs_chunk_jit(
+                chunk_keys[c], adapt, states, corpus.X, corpus.doc, hyper, theta_sum
+            )
+            draws.append(jax.tree.map(np.asarray, chunk))
+            if bar is not None:
+                bar.update()
+        if bar is not None:
+            bar.close()
+        draws = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *draws)
+        sel = slice(self.num_warmup, n_total)
+        samples = {name: getattr(draws, name)[:, sel] for name in GibbsDraw._fields}
+        theta = np.asarray(theta_sum) / self.num_samples
+        # relabel every chain to agree with chain 0 (label switching between chains)
+        ref = samples["mu"][0].mean(axis=0)
+        for c in range(1, self.num_chains):
+            perm = _match_topics(ref, samples["mu"][c].mean(axis=0))
+            for name in ("kappa", "mu", "weights", "kappa_accept"):
+                samples[name][c] = samples[name][c][:, perm]
+            theta[c] = theta[c][:, perm]
+        self.samples_ = samples
+        mean_mu = samples["mu"].mean(axis=(0, 1))
+        self.mean_directions_ = mean_mu / np.linalg.norm(mean_mu, axis=1, keepdims=True)
+        self.concentrations_ = samples["kappa"].mean(axis=(0, 1))
+        self.weights_ = samples["weights"].mean(axis=(0, 1))
+        self.doc_topic_ = theta.mean(axis=0)
+        self.lower_bounds_ = np.array([])
+        self.lower_bounds_all_ = []
+        self.lower_bound_ = float("nan")
+        self.n_iter_ = n_total
+        self.converged_ = True
+        self.n_features_ = d
+
+    # ---------------------------------------------------------------- use
+    def _e_step(self, docs, weights):
+        self._check_is_fitted()
+        X, w, offsets = self._corpus(docs, weights, fitted=True)
+        with jax.enable_x64(True):
+            corpus = prepare_corpus(X, w, offsets, self._product_dtype())
+            phi, bounds, _, _ = e_step_documents(
+                corpus, self.mean_directions_, self.concentrations_, self.alpha
+            )
+            return np.asarray(phi), np.asarray(bounds), w, offsets
+
+    def transform(self, docs, weights=None) -> np.ndarray:
+        """Return the topic proportions E_q[theta_i] of documents (rows sum to 1).
+
+        Runs the E-step (eq. (9) of [1]_) with the fitted topics held fixed, to convergence.
+
+        Parameters
+        ----------
+        docs : list of array-like of shape (n_i, d)
+        weights : list of array-like of shape (n_i,), optional
+
+        Returns
+        -------
+        ndarray of shape (n_documents, K)
+        """
+        phi, _, _, _ = self._e_step(docs, weights)
+        return phi / phi.sum(axis=1, keepdims=True)
+
+    def score_documents(self, docs, weights=None) -> np.ndarray:
+        """Return, per document, the bound (5) + (8) on log p(x_i | alpha, mu, kappa)."""
+        return self._e_step(docs, weights)[1]
+
+    def score(self, docs, weights=None) -> float:
+        """Return the held-out log-likelihood per vector (a variational lower bound).
+
+        sum_i L_i / sum_ij w_ij, where L_i is the bound (5) + (8) of document i with q fitted
+        to that document alone and the topics held fixed; L_i <= log p(x_i | alpha, mu,
+        kappa) with theta_i and z_i integrated out, so nothing of a held-out document is
+        seen twice.
+
+        Parameters
+        ----------
+        docs : list of array-like of shape (n_i, d)
+        weights : list of array-like of shape (n_i,), optional
+
+        Returns
+        -------
+        float
+        """
+        _, bounds, w, _ = self._e_step(docs, weights)
+        return float(bounds.sum() / w.sum())
+
+    def top_items(self, vocabulary, n: int = 10, labels=None) -> list[list[tuple[Any, float]]]:
+        """List, for each topic, the ``n`` items (e.g. words) nearest to its mean direction.
+
+        Parameters
+        ----------
+        vocabulary : array-like of shape (V, d)
+            Item vectors (normalised here; zero rows never rank).
+        n : int, default=10
+        labels : sequence of length V, optional
+            Item names; by default the row indices.
+
+        Returns
+        -------
+        list of K lists of (label, cosine) pairs, best first.
+        """
+        self._check_is_fitted()
+        V = np.asarray(vocabulary, dtype=np.float64)
+        if V.ndim != 2 or V.shape[1] != self.mean_directions_.shape[1]:
+            raise ValueError(
+                f"vocabulary must have shape (V, {self.mean_directions_.shape[1]}), got {V.shape}"
+            )
+        if labels is not None and len(labels) != V.shape[0]:
+            raise ValueError(f"labels has {len(labels)} entries, vocabulary has {V.shape[0]} rows")
+        norms = np.linalg.norm(V, axis=1)
+        cos = (V @ self.mean_directions_.T) / np.where(norms > 0, norms, np.inf)[:, None]
+        out = []
+        for k in range(cos.shape[1]):
+            order = np.argsort(-cos[:, k], kind="stable")[:n]
+            out.append(
+                [(labels[j] if labels is not None else int(j), float(cos[j, k])) for j in order]
+            )
+        return out
+
+    def to_arviz(self):
+        """Return the Gibbs draws as an ``arviz.InferenceData`` (dims chain, draw, topic, feature).
+
+        ``posterior`` holds ``mu`` (the conditional mode of mu_k given z and kappa), ``kappa``
+        and ``weights``; ``sample_stats`` holds ``lp`` (collapsed log joint), ``n_occupied``
+        and ``kappa_accept``.
+        """
+        self._check_is_fitted()
+        if not hasattr(self, "samples_"):
+            raise ValueError("to_arviz needs draws: fit with inference='gibbs'")
+        import arviz as az
+
+        s = self.samples_
+        coords = {
+            "topic": np.arange(s["kappa"].shape[2]),
+            "feature": np.arange(s["mu"].shape[3]),
+        }
+        dims = {
+            "mu": ["topic", "feature"],
+            "kappa": ["topic"],
+            "weights": ["topic"],
+            "kappa_accept": ["topic"],
+        }
+        return az.from_dict(
+            posterior={"mu": s["mu"], "kappa": s["kappa"], "weights": s["weights"]},
+            sample_stats={
+                "lp": s["lp"],
+                "n_occupied": s["n_occupied"],
+                "kappa_accept": s["kappa_accept"],
+            },
+            coords=coords,
+            dims=dims,
+        )

@@ -1,0 +1,264 @@
+r"""Collapsed Gibbs for VMFMix [1]_: theta and mu integrated out, kappa by Metropolis-Hastings.
+
+References
+----------
+.. [1] S. Li, "Dirichlet-vMF Mixture Model", arXiv:1702.07495 (2017).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.scipy.special import gammaln
+
+from bayesvmf import special
+from bayesvmf._mixture import count_trace
+from bayesvmf.models.dirichlet._corpus import Corpus
+from bayesvmf.models.dirichlet._vem import VEMHyper, init_vem_state
+
+#: Metropolis-Hastings steps on each log kappa_k per Gibbs sweep, and the target acceptance
+#: rate of the warm-up adaptation (0.44, the optimum of a one-dimensional random walk).
+KAPPA_MH_STEPS = 5
+KAPPA_MH_TARGET = 0.44
+
+
+class GibbsHyper(NamedTuple):
+    """Hyperparameters of the collapsed sampler, held as arrays.
+
+    Attributes
+    ----------
+    alpha : scalar
+        Symmetric Dirichlet parameter.
+    prior_resultant : array of shape (d,)
+        c0 mu0 of the prior vMF(mu_k | mu0, c0); zeros for the uniform prior.
+    kappa_shape, kappa_rate : scalars
+        Gamma(shape, rate) prior on each kappa_k.
+    kappa_max : scalar
+        Proposals above this are rejected.
+    """
+
+    alpha: Any
+    prior_resultant: Any
+    kappa_shape: Any
+    kappa_rate: Any
+    kappa_max: Any
+
+
+class GibbsState(NamedTuple):
+    """State of one chain of the collapsed sampler (tokens: vectors repeated by their counts).
+
+    Attributes
+    ----------
+    z : int32 array of shape (N,)
+        Topic of each token.
+    doc_topic : array of shape (M, K)
+        n_ik, tokens of document i in topic k.
+    topic_count : array of shape (K,)
+        n_k.
+    resultant : array of shape (K, d)
+        s_k, the sum of the tokens in topic k.
+    kappa : array of shape (K,)
+    log_step : array of shape (K,)
+        Log of the MH random-walk step on log kappa_k (adapted in warm-up).
+    """
+
+    z: Any
+    doc_topic: Any
+    topic_count: Any
+    resultant: Any
+    kappa: Any
+    log_step: Any
+
+
+def _statistics(X, doc, z, n_docs, n_topics):
+    onehot = jax.nn.one_hot(z, n_topics, dtype=X.dtype)
+    doc_topic = jax.ops.segment_sum(onehot, doc, num_segments=n_docs, indices_are_sorted=True)
+    return doc_topic, onehot.sum(axis=0), onehot.T @ X
+
+
+def gibbs_z_sweep(rng_key, state: GibbsState, X, doc, hyper: GibbsHyper) -> GibbsState:
+    """Resample every z_ij once from its collapsed conditional (module docstring).
+
+    p(z_ij = k | rest) is proportional to
+    (n_ik^{-ij} + alpha) c_d(kappa_k) c_d(|b_k|) / c_d(|b_k + kappa_k x_ij|),
+    b_k = c0 mu0 + kappa_k s_k^{-ij}. The counts and resultants are carried through a
+    ``lax.scan`` and updated in O(d) per token.
+    """
+    d = X.shape[1]
+    kappa = state.kappa
+    log_c_kappa = special.log_vmf_normalizer(d, kappa)
+    keys = jax.random.split(rng_key, X.shape[0])
+
+    def body(carry, inputs):
+        doc_topic, topic_count, resultant = carry
+        x, i, k_old, key = inputs
+        doc_topic = doc_topic.at[i, k_old].add(-1.0)
+        topic_count = topic_count.at[k_old].add(-1.0)
+        resultant = resultant.at[k_old].add(-x)
+        b = hyper.prior_resultant + kappa[:, None] * resultant
+        bb = jnp.sum(b * b, axis=1)
+        norm_old = jnp.sqrt(bb)
+        norm_new = jnp.sqrt(jnp.maximum(bb + 2.0 * kappa * (b @ x) + kappa * kappa, 0.0))
+        # one call on both norms: the special function dominates the cost of a token update
+        log_c = special.log_vmf_normalizer(d, jnp.concatenate([norm_old, norm_new]))
+        n_topics = kappa.shape[0]
+        logits = (
+            jnp.log(doc_topic[i] + hyper.alpha) + log_c_kappa + log_c[:n_topics] - log_c[n_topics:]
+        )
+        k = jax.random.categorical(key, logits).astype(jnp.int32)
+        doc_topic = doc_topic.at[i, k].add(1.0)
+        topic_count = topic_count.at[k].add(1.0)
+        resultant = resultant.at[k].add(x)
+        return (doc_topic, topic_count, resultant), k
+
+    (doc_topic, topic_count, resultant), z = lax.scan(
+        body, (state.doc_topic, state.topic_count, state.resultant), (X, doc, state.z, keys)
+    )
+    return state._replace(z=z, doc_topic=doc_topic, topic_count=topic_count, resultant=resultant)
+
+
+def _kappa_log_target(d, log_kappa, topic_count, resultant, hyper):
+    """Log of c_d(kappa)^{n_k} / c_d(|c0 mu0 + kappa s_k|) p(kappa) kappa (log-scale Jacobian)."""
+    kappa = jnp.exp(log_kappa)
+    b = hyper.prior_resultant + kappa[:, None] * resultant
+    n_topics = kappa.shape[0]
+    # one special-function call on both arguments (one compiled instance, not two)
+    log_c = special.log_vmf_normalizer(d, jnp.concatenate([kappa, jnp.linalg.norm(b, axis=1)]))
+    return (
+        topic_count * log_c[:n_topics]
+        - log_c[n_topics:]
+        + hyper.kappa_shape * log_kappa
+        - hyper.kappa_rate * kappa
+    )
+
+
+def gibbs_kappa_update(rng_key, state: GibbsState, hyper: GibbsHyper, d: int, adapt):
+    """Update every kappa_k by ``KAPPA_MH_STEPS`` random-walk MH steps on log kappa_k.
+
+    ``adapt`` (0 or 1, an array) moves log_step towards the acceptance rate
+    ``KAPPA_MH_TARGET``; it is 1 during warm-up only, so the sampling phase is a fixed
+    Markov kernel. Returns the new state and the mean acceptance probability per topic.
+    """
+    keys = jax.random.split(rng_key, KAPPA_MH_STEPS)
+
+    def target(log_kappa):
+        return _kappa_log_target(d, log_kappa, state.topic_count, state.resultant, hyper)
+
+    def body(carry, key):
+        # the target of the current point is carried (z is fixed during these steps), so
+        # each step evaluates the special functions once, at the proposal
+        log_kappa, current, log_step = carry
+        key_prop, key_acc = jax.random.split(key)
+        proposal = log_kappa + jnp.exp(log_step) * jax.random.normal(key_prop, log_kappa.shape)
+        proposed = target(proposal)
+        log_ratio = proposed - current
+        log_ratio = jnp.where(jnp.exp(proposal) > hyper.kappa_max, -jnp.inf, log_ratio)
+        accept_prob = jnp.exp(jnp.minimum(log_ratio, 0.0))
+        accept = jax.random.uniform(key_acc, log_kappa.shape) < accept_prob
+        log_kappa = jnp.where(accept, proposal, log_kappa)
+        current = jnp.where(accept, proposed, current)
+        log_step = log_step + adapt * 0.1 * (accept_prob - KAPPA_MH_TARGET)
+        return (log_kappa, current, log_step), accept_prob
+
+    log_kappa = jnp.log(state.kappa)
+    (log_kappa, _, log_step), accept_prob = lax.scan(
+        body, (log_kappa, target(log_kappa), state.log_step), keys
+    )
+    return state._replace(kappa=jnp.exp(log_kappa), log_step=log_step), accept_prob.mean(axis=0)
+
+
+def collapsed_log_joint(state: GibbsState, hyper: GibbsHyper, d: int):
+    """Return log p(X, z, kappa | alpha, mu0, c0) with theta and mu integrated out.
+
+    Sum of the Dirichlet-multinomial terms of every document, the collapsed vMF marginal of
+    every topic (module docstring) and the Gamma prior on kappa (up to its constant).
+    """
+    alpha = hyper.alpha
+    n_topics = state.kappa.shape[0]
+    doc_total = state.doc_topic.sum(axis=1)
+    dirichlet = jnp.sum(
+        gammaln(n_topics * alpha)
+        - gammaln(doc_total + n_topics * alpha)
+        + jnp.sum(gammaln(state.doc_topic + alpha) - gammaln(alpha), axis=1)
+    )
+    b = hyper.prior_resultant + state.kappa[:, None] * state.resultant
+    prior_norm = jnp.linalg.norm(hyper.prior_resultant)
+    # one special-function call on all 2 K + 1 arguments (one compiled instance)
+    log_c = special.log_vmf_normalizer(
+        d, jnp.concatenate([state.kappa, prior_norm[None], jnp.linalg.norm(b, axis=1)])
+    )
+    vmf = jnp.sum(state.topic_count * log_c[:n_topics] + log_c[n_topics] - log_c[n_topics + 1 :])
+    kappa_prior = jnp.sum(
+        (hyper.kappa_shape - 1.0) * jnp.log(state.kappa) - hyper.kappa_rate * state.kappa
+    )
+    return dirichlet + vmf + kappa_prior
+
+
+class GibbsDraw(NamedTuple):
+    """What one sweep records (per chain)."""
+
+    kappa: Any
+    mu: Any
+    weights: Any
+    lp: Any
+    n_occupied: Any
+    kappa_accept: Any
+
+
+def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum):
+    """Run len(keys[0]) sweeps of every chain (vmapped); record one draw per sweep."""
+    count_trace("dirichlet.gibbs_chunk")
+    d = X.shape[1]
+
+    def one_chain(chain_keys, chain_adapt, state, chain_theta_sum):
+        def sweep(carry, inputs):
+            state, theta_sum = carry
+            key, a = inputs
+            key_z, key_k = jax.random.split(key)
+            state = gibbs_z_sweep(key_z, state, X, doc, hyper)
+            state, accept = gibbs_kappa_update(key_k, state, hyper, d, a)
+            b = hyper.prior_resultant + state.kappa[:, None] * state.resultant
+            norm = jnp.linalg.norm(b, axis=1, keepdims=True)
+            # mu given (z, kappa) is vMF(b_k / |b_k|, |b_k|); we record its mode
+            mu = b / jnp.maximum(norm, jnp.finfo(norm.dtype).tiny)
+            doc_total = state.doc_topic.sum(axis=1, keepdims=True)
+            n_topics = state.kappa.shape[0]
+            # E[theta_i | z] = (n_ik + alpha) / (n_i + K alpha), accumulated after warm-up
+            theta = (state.doc_topic + hyper.alpha) / (doc_total + n_topics * hyper.alpha)
+            theta_sum = theta_sum + (1.0 - a) * theta
+            draw = GibbsDraw(
+                state.kappa,
+                mu,
+                state.topic_count / state.topic_count.sum(),
+                collapsed_log_joint(state, hyper, d),
+                jnp.sum(state.topic_count > 0),
+                accept,
+            )
+            return (state, theta_sum), draw
+
+        (state, chain_theta_sum), draws = lax.scan(
+            sweep, (state, chain_theta_sum), (chain_keys, chain_adapt)
+        )
+        return state, chain_theta_sum, draws
+
+    return jax.vmap(one_chain)(keys, adapt, states, theta_sum)
+
+
+_gibbs_chunk_jit = jax.jit(_gibbs_chunk)
+
+
+def _init_gibbs_state(rng_key, corpus: Corpus, vem_hyper: VEMHyper, n_topics: int):
+    """Start a chain from a k-means++ crisp assignment (each chain from its own seeds)."""
+    seed = init_vem_state(rng_key, corpus, vem_hyper, n_topics)
+    z = jnp.argmax(corpus.X @ seed.mu.T, axis=1).astype(jnp.int32)
+    n_docs = corpus.doc_weight.shape[0]
+    doc_topic, topic_count, resultant = _statistics(corpus.X, corpus.doc, z, n_docs, n_topics)
+    kappa = jnp.clip(seed.kappa, 1e-3, vem_hyper.kappa_max)
+    kappa = jnp.where(topic_count > 0, kappa, 1.0)
+    # explicit dtype: a weakly typed log_step would change type after the first chunk and
+    # make _gibbs_chunk_jit compile twice
+    log_step = jnp.full(n_topics, -1.0, dtype=kappa.dtype)
+    return GibbsState(z, doc_topic, topic_count, resultant, kappa, log_step)
