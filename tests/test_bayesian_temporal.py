@@ -11,10 +11,11 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import _mixture, load, save
+from bayesvmf import _mixture, load, save, special
 from bayesvmf.models import SparseVMFMixture
-from bayesvmf.models.bayesian import _hierarchical as H
-from bayesvmf.models.bayesian import _temporal as T
+from bayesvmf.models.bayesian import _kappa
+from bayesvmf.models.bayesian import _shared as H
+from bayesvmf.models.bayesian import _temporal_vi as T
 from bayesvmf.models.bayesian._temporal import TemporalVMFMixture, check_times
 
 D, K, N_TIMES, PER_TIME = 8, 3, 6, 40
@@ -173,8 +174,8 @@ def _state(model):
         gamma,
         H.mean_direction(D, psi, gamma),
         jnp.asarray(model.dirichlet_),
-        H._kappa.moments_from_state(kappa, "bounding", d=D),
-        H._kappa.Priors(
+        _kappa.moments_from_state(kappa, "bounding", d=D),
+        _kappa.Priors(
             jnp.float64(model.alpha_),
             jnp.asarray(model.mu0_),
             jnp.float64(model.C0_),
@@ -308,5 +309,5 @@ def test_sampling_scheme(data):
     labels = model.predict(X[train], times[train])
     cos = np.einsum("nd,nd->n", X[train], psi[times[train], labels])
     for k in range(K):
-        mle = float(H.special.kappa_from_rbar(D, cos[labels == k].mean()))
+        mle = float(special.kappa_from_rbar(D, cos[labels == k].mean()))
         assert abs(np.log(model.concentrations_[k] / mle)) < 0.2
