@@ -61,7 +61,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import gammaln
 
-from bayesvmf import _mixture
+from bayesvmf import _mcmc, _mixture
 from bayesvmf._mixture import JIT_OPTIONS, DenseData, count_trace, data_dot, data_tdot
 from bayesvmf.models.bayesian._kappa import Priors
 
@@ -462,29 +462,26 @@ def gibbs_kappa_update(rng_key, state: GibbsState, hyper: Priors, d: int, adapt)
     """
     keys = jax.random.split(rng_key, KAPPA_MH_STEPS)
 
-    def step(carry, key):
-        # the target of the current point and its normalisers are carried (z is fixed
-        # here): one normaliser evaluation per step, at the proposal
-        log_kappa, current, log_c_kappa, log_c_norm, log_step = carry
-        key_prop, key_acc = jax.random.split(key)
-        proposal = log_kappa + jnp.exp(log_step) * jax.random.normal(key_prop, log_kappa.shape)
-        proposed, prop_c_kappa, prop_c_norm, _ = _kappa_terms(d, proposal, state, hyper)
-        log_ratio = jnp.where(proposal > np.log(KAPPA_MAX), -jnp.inf, proposed - current)
-        accept_prob = jnp.exp(jnp.minimum(log_ratio, 0.0))
-        accept = jax.random.uniform(key_acc, log_kappa.shape) < accept_prob
-        log_kappa = jnp.where(accept, proposal, log_kappa)
-        current = jnp.where(accept, proposed, current)
-        log_c_kappa = jnp.where(accept, prop_c_kappa, log_c_kappa)
-        log_c_norm = jnp.where(accept, prop_c_norm, log_c_norm)
-        log_step = log_step + adapt * 0.1 * (accept_prob - KAPPA_MH_TARGET)
-        return (log_kappa, current, log_c_kappa, log_c_norm, log_step), accept_prob
+    def target(log_kappa):
+        value, log_c_kappa, log_c_norm, _ = _kappa_terms(d, log_kappa, state, hyper)
+        return value, (log_c_kappa, log_c_norm)
 
     log_kappa = jnp.log(state.kappa)
+    # the first evaluation also gives log C_d(C0) (one normaliser call)
     current, log_c_kappa, log_c_norm, log_c_c0 = _kappa_terms(
         d, log_kappa, state, hyper, extra=hyper.C0
     )
-    init = (log_kappa, current, log_c_kappa, log_c_norm, state.log_step)
-    (log_kappa, _, log_c_kappa, log_c_norm, log_step), accept_prob = lax.scan(step, init, keys)
+    (log_kappa, _, (log_c_kappa, log_c_norm), log_step), accept_prob = _mcmc.log_kappa_mh(
+        keys,
+        log_kappa,
+        current,
+        (log_c_kappa, log_c_norm),
+        state.log_step,
+        target,
+        adapt,
+        log_kappa_max=np.log(KAPPA_MAX),
+        target_accept=KAPPA_MH_TARGET,
+    )
     state = state._replace(kappa=jnp.exp(log_kappa), log_c_kappa=log_c_kappa, log_step=log_step)
     log_joint = collapsed_log_joint(
         state.counts, log_kappa, log_c_kappa, log_c_norm, log_c_c0[0], hyper

@@ -29,9 +29,9 @@ from bayesvmf.models.bayesian._shared import (
     _OptionalDirection,
     _Parents,
     data_mean_direction,
-    draw_from_q,
     fit_data,
     fit_restarts,
+    q_to_arviz,
     resolve_mu0,
     store_fit,
 )
@@ -405,20 +405,18 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         Var[log kappa_n]) (moment-matched for the sampling scheme), pi ~ Dir(rho).
         """
         self._check_is_fitted()
-        import arviz as az
-
-        draws = draw_from_q(
+        params = (
             self.node_mean_directions_,
             self.node_mean_concentrations_,
             self.node_log_kappa_mean_,
             self.node_log_kappa_var_,
             self.dirichlet_,
-            num_draws,
-            random_state,
         )
         n_nodes, d = self.node_mean_directions_.shape
-        return az.from_dict(
-            posterior={k: v[None] for k, v in draws.items()},
+        return q_to_arviz(
+            params,
+            num_draws,
+            random_state,
             constant_data={"parents": self.parents_, "leaf_node": self.leaves_},
             coords={
                 "node": np.arange(n_nodes),

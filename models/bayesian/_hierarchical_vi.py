@@ -91,6 +91,7 @@ from bayesvmf.models.bayesian._shared import (
     mean_direction,
     predictive_log_density,
     row_array,
+    update_kappa_priors,
     vmf_from_natural,
 )
 from bayesvmf.models.bayesian._tree import Tree, leaves_of, node_depths
@@ -234,31 +235,22 @@ def m_part(
     num_steps,
 ):
     """Update q(pi), q(mu) (two colour classes), q(kappa) and the priors, in that order."""
-    d = state.psi.shape[1]
     p = state.priors
     state = state._replace(rho=p.alpha + stats.resp_sum)
     for mask in (tree.even, ~tree.even):
         state = _update_mu(tree, state, stats.resultant, mask)
     weight, dot = _kappa_inputs(tree, state.emu, stats)
-    kappa, _ = _kappa.update(
-        scheme,
+    return update_kappa_priors(
         rng_key,
-        state.kappa.state,
+        state,
         weight,
         dot,
-        p.m,
-        p.s2,
-        d=d,
+        state.emu[tree.root][None],
+        scheme=scheme,
+        empirical_bayes=empirical_bayes,
         num_samples=num_samples,
-        num_warmup=0,
         num_steps=num_steps,
     )
-    if empirical_bayes:  # sec. 3.1.3; C0 stays the user's (module docstring)
-        alpha = _eb.update_alpha(p.alpha, state.rho)
-        mu0, _ = _eb.update_mu0(state.emu[tree.root][None], p.mu0)
-        m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
-        p = p._replace(alpha=alpha, mu0=mu0, m=m, s2=s2)
-    return state._replace(kappa=kappa, priors=p)
 
 
 def vi_step(

@@ -27,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 from bayesvmf import _mixture, _parallel, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
 
 #: The static arguments of the jitted VI steps of H- and T-vMFmix.
@@ -304,6 +305,40 @@ def kappa_moments_at(d, kappa, scheme) -> Any:
     )
 
 
+def update_kappa_priors(
+    rng_key, state, weight, dot, top_means, *, scheme, empirical_bayes, num_samples, num_steps
+):
+    """Update q(kappa) and, with ``empirical_bayes``, the priors; return the new state.
+
+    The last two updates of an H- or T-vMFmix iteration (sec. 3.1.1 and 3.1.3 of [1]_):
+    q(kappa) by the scheme of :mod:`._kappa` from its ``weight`` and ``dot``, then alpha
+    (from q(pi)), mu0 (the direction of ``top_means``, the E[mu] the prior vMF(mu0, C0)
+    generates: the root's, or every cluster's at the first time step) and (m, s2) from the
+    moments of log kappa. C0 stays the user's (docs/bayesian_hierarchical_temporal.md).
+    ``state`` is an HState or a TState (fields ``kappa``, ``priors``, ``rho``).
+    """
+    p = state.priors
+    kappa, _ = _kappa.update(
+        scheme,
+        rng_key,
+        state.kappa.state,
+        weight,
+        dot,
+        p.m,
+        p.s2,
+        d=top_means.shape[-1],
+        num_samples=num_samples,
+        num_warmup=0,
+        num_steps=num_steps,
+    )
+    if empirical_bayes:  # a static switch: fits with and without it are two programs
+        alpha = _eb.update_alpha(p.alpha, state.rho)
+        mu0, _ = _eb.update_mu0(top_means, p.mu0)
+        m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
+        p = p._replace(alpha=alpha, mu0=mu0, m=m, s2=s2)
+    return state._replace(kappa=kappa, priors=p)
+
+
 def fit_restarts(estimator, rng_key, n: int, start, step, desc: str):
     """Run ``estimator.n_init`` restarts of a VI loop; return the kept (state, bounds, converged).
 
@@ -369,6 +404,23 @@ def warn_not_converged(name, n_init, max_iter, bounds, n, tol, stacklevel=5):
         "estimate: use a looser tol or more kappa_num_samples).",
         ConvergenceWarning,
         stacklevel=stacklevel,
+    )
+
+
+def q_to_arviz(params, num_draws, random_state, coords, dims, constant_data=None):
+    """Return :func:`draw_from_q` of ``params`` as ``arviz.InferenceData`` (one chain).
+
+    ``params`` = (psi, gamma, mean_log_kappa, var_log_kappa, rho); ``coords``, ``dims`` and
+    ``constant_data`` as :func:`arviz.from_dict` takes them.
+    """
+    import arviz as az
+
+    draws = draw_from_q(*params, num_draws, random_state)
+    return az.from_dict(
+        posterior={name: v[None] for name, v in draws.items()},
+        coords=coords,
+        dims=dims,
+        **({} if constant_data is None else {"constant_data": constant_data}),
     )
 
 

@@ -448,12 +448,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         -------
         float
         """
-        from bayesvmf import criteria
-
-        ll = self.score_samples(X, times)
-        return criteria.information_criterion(
-            "bic", float(ll.sum()), self._n_parameters(), ll.shape[0], self.n_features_in_
-        )
+        return self._criterion("bic", X, times)
 
     def aic(self, X, times) -> float:
         """Akaike information criterion of the predictive density at ``times``.
@@ -467,11 +462,15 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         -------
         float
         """
+        return self._criterion("aic", X, times)
+
+    def _criterion(self, kind: str, X, times) -> float:
+        """Return the information criterion ``kind`` of the predictive density at ``times``."""
         from bayesvmf import criteria
 
         ll = self.score_samples(X, times)
         return criteria.information_criterion(
-            "aic", float(ll.sum()), self._n_parameters(), ll.shape[0], self.n_features_in_
+            kind, float(ll.sum()), self._n_parameters(), ll.shape[0], self.n_features_in_
         )
 
     def top_features(self, component: int, n_top: int = 6, vocabulary=None) -> list:
@@ -518,20 +517,18 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         N(E[log kappa_k], Var[log kappa_k]), pi ~ Dir(rho).
         """
         self._check_is_fitted()
-        import arviz as az
-
-        draws = _s.draw_from_q(
+        params = (
             self.time_mean_directions_,
             self.time_mean_concentrations_,
             self.log_kappa_mean_,
             self.log_kappa_var_,
             self.dirichlet_,
-            num_draws,
-            random_state,
         )
         n_times, k, d = self.time_mean_directions_.shape
-        return az.from_dict(
-            posterior={name: v[None] for name, v in draws.items()},
+        return _s.q_to_arviz(
+            params,
+            num_draws,
+            random_state,
             coords={"time": np.arange(n_times), "component": np.arange(k), "feature": np.arange(d)},
             dims={
                 "mu": ["time", "component", "feature"],

@@ -215,7 +215,6 @@ def m_part(
     rng_key, state: TState, stats: TStats, *, scheme, empirical_bayes, num_samples, num_steps
 ):
     """Update q(pi), q(mu) (even then odd times), q(kappa) and the priors."""
-    d = state.psi.shape[-1]
     p = state.priors
     weight = stats.resp_sum.sum(axis=0)
     state = state._replace(rho=p.alpha + weight)
@@ -223,25 +222,17 @@ def m_part(
     for mask in (even, ~even):
         state = _update_mu(state, stats.resultant, mask)
     weight, dot = _kappa_inputs(state.emu, stats)
-    kappa, _ = _kappa.update(
-        scheme,
+    return _s.update_kappa_priors(
         rng_key,
-        state.kappa.state,
+        state,
         weight,
         dot,
-        p.m,
-        p.s2,
-        d=d,
+        state.emu[0],
+        scheme=scheme,
+        empirical_bayes=empirical_bayes,
         num_samples=num_samples,
-        num_warmup=0,
         num_steps=num_steps,
     )
-    if empirical_bayes:  # sec. 3.1.3; C0 stays the user's (module docstring)
-        alpha = _eb.update_alpha(p.alpha, state.rho)
-        mu0, _ = _eb.update_mu0(state.emu[0], p.mu0)
-        m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
-        p = p._replace(alpha=alpha, mu0=mu0, m=m, s2=s2)
-    return state._replace(kappa=kappa, priors=p)
 
 
 def vi_step(
