@@ -2,13 +2,15 @@
 
 from bayesvmf.data import check_directional, make_vmf_mixture
 from bayesvmf.distribution import SphericalUniform, VonMisesFisher, unit_vector
-from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
 from bayesvmf.results import load, save
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "ConvergenceWarning",
+    "DegenerateRunWarning",
+    "NotFittedError",
     "SphericalUniform",
     "VonMisesFisher",
     "__version__",

@@ -1,11 +1,22 @@
-"""Warnings and errors shared by every bayesvmf estimator."""
+"""Warnings and errors shared by every bayesvmf estimator.
+
+They are scikit-learn's, or subclasses of them, so that scikit-learn's own handling applies:
+``warnings.filterwarnings("ignore", category=sklearn.exceptions.ConvergenceWarning)``
+silences the package's convergence warnings, and ``except
+sklearn.exceptions.NotFittedError`` catches an unfitted bayesvmf estimator.
+"""
+
+import sklearn.exceptions
+
+__all__ = ["ConvergenceWarning", "DegenerateRunWarning", "NotFittedError"]
 
 
-class ConvergenceWarning(UserWarning):
+class ConvergenceWarning(sklearn.exceptions.ConvergenceWarning):
     """An iterative fit stopped at ``max_iter`` before its convergence test was met.
 
     The message says which fit, how far from convergence it stopped, and what to try
-    (more iterations, a looser ``tol``, more restarts).
+    (more iterations, a looser ``tol``, more restarts). A subclass of
+    :class:`sklearn.exceptions.ConvergenceWarning` (itself a ``UserWarning``).
     """
 
 
@@ -17,5 +28,7 @@ class DegenerateRunWarning(ConvergenceWarning):
     """
 
 
-class NotFittedError(ValueError, AttributeError):
-    """A method that needs fitted parameters was called before ``fit``."""
+#: A method that needs fitted parameters was called before ``fit``: scikit-learn's class
+#: itself (a ``ValueError`` and ``AttributeError``), raised by
+#: :func:`sklearn.utils.validation.check_is_fitted`, so there is one "not fitted" type.
+NotFittedError = sklearn.exceptions.NotFittedError

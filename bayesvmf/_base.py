@@ -1,0 +1,374 @@
+"""The estimator base of bayesvmf: scikit-learn's conventions, written once.
+
+Every estimator of the package derives from :class:`BaseVMFEstimator`, which is a
+:class:`sklearn.base.BaseEstimator` and adds what scikit-learn leaves to each estimator:
+
+* **parameters**: ``__init__`` stores its arguments unchanged; ``fit`` calls
+  :meth:`~sklearn.base.BaseEstimator._validate_params`, which checks them against the class
+  dictionary ``_parameter_constraints`` written with scikit-learn's own constraints
+  (:class:`~sklearn.utils._param_validation.Interval`, ``StrOptions``, ``Options``,
+  ``"boolean"``, ``"verbose"``, ``HasMethods``, types, ``None``) and :data:`RANDOM_STATE`;
+* **tags** (:meth:`BaseVMFEstimator.__sklearn_tags__`): a density estimator that takes
+  sparse input, negative coordinates and no target; a subclass whose input is not a 2-D
+  matrix (a list of documents) sets ``input_tags.two_d_array = False`` in its own tags;
+* **input**: :meth:`BaseVMFEstimator._validate_directions` runs the package's own check of
+  directional data (:func:`bayesvmf.data.check_directional`, its exact messages for NaN,
+  all-zero rows, non-unit rows; sparse input stays sparse) and scikit-learn's
+  :func:`~sklearn.utils.validation.validate_data` for ``n_features_in_`` and
+  ``feature_names_in_`` (a DataFrame whose columns come in another order is refused, not
+  scored silently wrong); object-dtype arrays and pandas nullable columns are converted to
+  float first;
+* **fitted state**: :meth:`BaseVMFEstimator._check_is_fitted` calls
+  :func:`~sklearn.utils.validation.check_is_fitted`, which raises
+  :class:`sklearn.exceptions.NotFittedError` (``bayesvmf.exceptions.NotFittedError`` is
+  that class);
+* **seeds**: :func:`make_key` turns ``random_state`` (None, an int, a NumPy ``RandomState``
+  or ``Generator``, a JAX key) into the JAX key of one fit;
+* **verbosity**: ``verbose`` has scikit-learn's meaning, an int level (0 silent; 1 and more
+  show a progress bar of the fit loop, :meth:`BaseVMFEstimator._progress`).
+
+The mixture API (``predict``, ``score_samples``, ``sample``, ``bic``) is not here: it is
+:class:`bayesvmf._mixture.BaseVMFMixture`, which adds :class:`~sklearn.base.DensityMixin`
+and :class:`~sklearn.base.ClusterMixin` to this base. Estimators that do not share it
+(k-MLE, the Dirichlet-vMF topic model whose input is a list of documents) derive from
+:class:`BaseVMFEstimator` directly.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval, validate_parameter_constraints
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from bayesvmf.exceptions import NotFittedError
+
+__all__ = [
+    "BaseVMFEstimator",
+    "NotFittedError",
+    "RANDOM_STATE",
+    "check_count",
+    "make_key",
+    "seed_from",
+]
+
+#: Constraint of ``random_state``: scikit-learn's (None, an int, a ``RandomState``) widened
+#: to the ints a JAX key takes (up to 2**63 - 1, which older fits used), NumPy
+#: ``Generator`` and JAX PRNG keys.
+RANDOM_STATE: list = [
+    Interval(numbers.Integral, 0, 2**63 - 1, closed="both"),
+    np.random.RandomState,
+    np.random.Generator,
+    jax.Array,
+    None,
+]
+
+
+def seed_from(random_state) -> int | jax.Array:
+    """Return the int seed (or the JAX key) that ``random_state`` stands for, now.
+
+    Parameters
+    ----------
+    random_state : None, int, numpy.random.RandomState, numpy.random.Generator or jax key
+        An int or a JAX key is returned as it is. A NumPy ``RandomState`` or ``Generator``
+        gives one int drawn from it (so it advances: two fits from one instance differ, as
+        in scikit-learn), in [0, 2**31 - 1). None draws a fresh seed from the operating
+        system's entropy (not reproducible).
+
+    Returns
+    -------
+    int or jax.Array
+    """
+    if random_state is None:
+        return int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(np.iinfo(np.int32).max))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(np.iinfo(np.int32).max))
+    if isinstance(random_state, jax.Array):
+        return random_state
+    return int(random_state)
+
+
+def make_key(random_state) -> jax.Array:
+    """Turn ``random_state`` into a JAX PRNG key (call it once per fit).
+
+    An int ``s`` gives ``jax.random.key(s)``, so a fit seeded with an int gives the same
+    numbers as it always did; a NumPy ``RandomState`` / ``Generator`` gives the key of a
+    seed drawn from it; None a fresh key (see :func:`seed_from`). A JAX key is used as it
+    is (raw ``uint32`` key data is wrapped).
+
+    Parameters
+    ----------
+    random_state : None, int, numpy.random.RandomState, numpy.random.Generator or jax key
+
+    Returns
+    -------
+    jax.Array
+        A typed PRNG key.
+    """
+    seed = seed_from(random_state)
+    if isinstance(seed, jax.Array):
+        if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+            return seed
+        return jax.random.wrap_key_data(seed)
+    # 64-bit seeds: without x64, jax.random.key truncates a seed >= 2**32 (the estimators
+    # always called it inside their x64 scope, so this keeps every fitted number)
+    with jax.enable_x64(True):
+        return jax.random.key(seed)
+
+
+def _is_dataframe(X) -> bool:
+    """Whether X is a pandas (or other dataframe-protocol) table, without importing pandas."""
+    return hasattr(X, "dtypes") and hasattr(X, "columns")
+
+
+def _as_numeric(X, name: str):
+    """Convert object-dtype arrays and DataFrames to a float64 ndarray; pass the rest through.
+
+    A DataFrame may hold pandas nullable columns (``Int64``, ``Float64``, ``boolean``; a
+    missing value becomes NaN, which :func:`bayesvmf.data.check_directional` then reports
+    with its row) or object columns of numbers; an object array is what scikit-learn's
+    checks pass as numbers of mixed type. Both go through scikit-learn's
+    :func:`~sklearn.utils.check_array`; every other input is left to
+    :func:`~bayesvmf.data.check_directional`, whose messages stay the package's.
+    """
+    if sp.issparse(X):
+        return X
+    is_object = getattr(getattr(X, "dtype", None), "kind", None) == "O"
+    if not (is_object or _is_dataframe(X)):
+        return X
+    try:
+        return check_array(
+            X,
+            dtype="numeric",
+            ensure_all_finite=False,  # NaN is reported by check_directional, with its row
+            ensure_2d=False,
+            allow_nd=True,
+            ensure_min_samples=0,
+            ensure_min_features=0,
+            input_name=name,
+        )
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{name} could not be converted to numbers: {err}") from err
+
+
+class BaseVMFEstimator(BaseEstimator):
+    """Base class of every bayesvmf estimator (scikit-learn's estimator API).
+
+    Subclasses store their keyword arguments unchanged in ``__init__`` (each with a
+    default), declare ``_parameter_constraints`` with scikit-learn's constraints (extend
+    the parent's with ``**Parent._parameter_constraints``), call ``self._validate_params()``
+    at the start of ``fit``, validate input with :meth:`_validate_directions` (2-D
+    directional data) or their own check followed by
+    ``validate_data(self, X, skip_check_array=True)`` (other input), seed with
+    ``make_key(self.random_state)`` and guard fitted methods with
+    :meth:`_check_is_fitted`. ``get_params``, ``set_params``, ``clone``, ``repr`` and
+    pickling come from :class:`sklearn.base.BaseEstimator`.
+
+    Notes
+    -----
+    ``_parameter_constraints`` may still hold, during the migration to scikit-learn's
+    constraints, objects with the package's former protocol (``check(value) -> bool`` and
+    ``describe() -> str``, e.g. ``bayesvmf._parallel.DevicesOption``); they are checked
+    first, with the former message "<Class>: parameter '<name>' must be <describe>; got
+    <value>.". This path goes once no estimator declares such an object.
+    """
+
+    #: scikit-learn parameter constraints, ``{name: [constraint, ...]}``
+    _parameter_constraints: dict[str, Any] = {}
+
+    #: attributes that exist exactly when the estimator is fitted (``__sklearn_is_fitted__``);
+    #: None means scikit-learn's default (any attribute ending in ``_``)
+    _fitted_check: tuple[str, ...] | None = None
+
+    def __sklearn_tags__(self):
+        """Return the estimator tags: a density estimator of 2-D (or sparse) directions.
+
+        ``input_tags.sparse`` (sparse rows are never densified), ``positive_only`` False
+        (directions have signed coordinates), ``allow_nan`` False, no target
+        (``target_tags.required`` False), ``requires_fit``. Subclasses adjust them.
+        """
+        tags = super().__sklearn_tags__()
+        tags.estimator_type = "density_estimator"
+        tags.input_tags.sparse = True
+        tags.input_tags.positive_only = False
+        tags.input_tags.allow_nan = False
+        tags.target_tags.required = False
+        tags.requires_fit = True
+        return tags
+
+    # ---- parameters ---------------------------------------------------------------------
+
+    def _validate_params(self) -> None:
+        """Check the constructor arguments against ``_parameter_constraints``.
+
+        Raises
+        ------
+        sklearn.utils._param_validation.InvalidParameterError
+            A ``ValueError`` (and ``TypeError``) naming the parameter, the constraint and
+            the value (scikit-learn's message).
+        """
+        params = self.get_params(deep=False)
+        sklearn_style = {}
+        for name, constraint in self._parameter_constraints.items():
+            if hasattr(constraint, "check") and hasattr(constraint, "describe"):
+                # the former protocol, until every estimator has migrated (class Notes)
+                if not constraint.check(params[name]):
+                    raise ValueError(
+                        f"{type(self).__name__}: parameter {name!r} must be "
+                        f"{constraint.describe()}; got {params[name]!r}."
+                    )
+            else:
+                sklearn_style[name] = constraint
+        validate_parameter_constraints(sklearn_style, params, caller_name=type(self).__name__)
+
+    # ---- input --------------------------------------------------------------------------
+
+    def _validate_directions(
+        self,
+        X,
+        *,
+        reset: bool,
+        normalize: bool | None = None,
+        min_rows: int = 1,
+        min_rows_name: str | None = None,
+        dtype=None,
+        copy: bool = True,
+    ):
+        """Check directional data X and record (``reset``) or check its features.
+
+        Parameters
+        ----------
+        X : array-like, DataFrame or sparse matrix of shape (n_samples, n_features)
+            Rows are directions. Object-dtype arrays and DataFrames (pandas nullable
+            columns included) are converted to float64 first.
+        reset : bool
+            True in ``fit``: set ``n_features_in_`` (and ``feature_names_in_`` for a
+            DataFrame with string column names). False elsewhere: X must have the fitted
+            number of features and the same column names in the same order
+            (scikit-learn's ``ValueError``; a warning when only one of fit and X had
+            names).
+        normalize : bool or None, default None
+            Rescale rows to unit norm; None takes the estimator's ``normalize`` (True when
+            it has none). With False, rows that are not unit norm raise a ValueError.
+        min_rows : int, default 1
+            Fewest rows accepted (e.g. ``n_components`` in ``fit``).
+        min_rows_name : str or None, default None
+            The name of what requires ``min_rows``, for the message.
+        dtype : floating dtype or None, default None (float64)
+        copy : bool, default True
+            See :func:`bayesvmf.data.check_directional` (False shares a normalised float64
+            CSR matrix's arrays, read-only).
+
+        Returns
+        -------
+        ndarray or scipy.sparse.csr_matrix of shape (n_samples, n_features)
+            Unit rows; sparse input stays sparse (CSR).
+
+        Raises
+        ------
+        TypeError, ValueError
+            The messages of :func:`bayesvmf.data.check_directional` for the data
+            themselves, scikit-learn's for the feature count and names.
+        """
+        from bayesvmf.data import check_directional
+
+        if normalize is None:
+            normalize = getattr(self, "normalize", True)
+        Xc = check_directional(
+            _as_numeric(X, "X"),
+            normalize=normalize,
+            name="X",
+            min_rows=min_rows,
+            min_rows_name=min_rows_name,
+            dtype=dtype,
+            copy=copy,
+        )
+        # the original X: its column names, if it is a DataFrame; its shape is Xc's
+        validate_data(self, X, reset=reset, skip_check_array=True)
+        return Xc
+
+    # ---- fitted state -------------------------------------------------------------------
+
+    def __sklearn_is_fitted__(self) -> bool:
+        """Return whether the estimator is fitted (all of ``_fitted_check`` are set)."""
+        if self._fitted_check is None:
+            return any(v.endswith("_") and not v.startswith("__") for v in vars(self))
+        return all(hasattr(self, name) for name in self._fitted_check)
+
+    def _check_is_fitted(self) -> None:
+        """Raise :class:`sklearn.exceptions.NotFittedError` unless the estimator is fitted."""
+        check_is_fitted(
+            self,
+            msg=(
+                "This %(name)s instance is not fitted yet; call 'fit' with appropriate "
+                "arguments before using this method."
+            ),
+        )
+
+    # ---- seeds and verbosity ------------------------------------------------------------
+
+    def _make_key(self, random_state=None) -> jax.Array:
+        """Return the JAX key of one fit or draw: ``random_state``, else the estimator's.
+
+        ``random_state=None`` takes ``self.random_state`` (so ``sample(n)`` with an int
+        ``random_state`` is reproducible); see :func:`make_key`.
+        """
+        if random_state is None:
+            random_state = getattr(self, "random_state", None)
+        return make_key(random_state)
+
+    def _progress(self, total: int, desc: str):
+        """Return a tqdm progress bar when ``verbose >= 1``, else None.
+
+        Parameters
+        ----------
+        total : int
+            The number of steps.
+        desc : str
+            Its label.
+        """
+        if not getattr(self, "verbose", 0):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, leave=False)
+
+
+def check_count(value, name: str, *, minimum: int = 1, allow_none: bool = False):
+    """Return ``value`` as an int >= ``minimum`` (or None), else raise a ValueError.
+
+    For the arguments of methods (``sample(n_samples)``, ``partial_fit(n_samples)``),
+    which ``_parameter_constraints`` does not cover. Booleans are refused.
+
+    Parameters
+    ----------
+    value : object
+        The argument.
+    name : str
+        Its name, for the message.
+    minimum : int, default 1
+    allow_none : bool, default False
+        Whether None is accepted (and returned).
+
+    Returns
+    -------
+    int or None
+    """
+    if value is None and allow_none:
+        return None
+    if (
+        isinstance(value, bool | np.bool_)
+        or not isinstance(value, numbers.Integral)
+        or value < minimum
+    ):
+        what = "None or an int" if allow_none else "an int"
+        raise ValueError(f"{name} must be {what} >= {minimum}; got {value!r}.")
+    return int(value)
