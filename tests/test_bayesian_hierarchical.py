@@ -103,7 +103,10 @@ def test_estimator_rejects_bad_tree(data):
         HierarchicalVMFMixture(np.array([-1, 2, 1])).fit(X)
     with pytest.raises(ValueError, match="kappa_update"):
         HierarchicalVMFMixture(TREE, kappa_update="grid").fit(X)
-    with pytest.raises(ValueError, match="'C0' must be a finite number > 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"'C0' parameter of HierarchicalVMFMixture must be a float in the range \(0.0, inf\)",
+    ):
         HierarchicalVMFMixture(TREE, C0=0.0).fit(X)
     with pytest.raises(ValueError, match=r"mu0 must have shape \(8,\)"):
         HierarchicalVMFMixture(TREE, mu0=np.ones(3), max_iter=1).fit(X)
@@ -360,3 +363,21 @@ def test_to_arviz(bounding_fit):
     assert post["weights"].dims == ("chain", "draw", "component")
     np.testing.assert_allclose(np.linalg.norm(post["mu"].values, axis=-1), 1.0, rtol=1e-10)
     assert idata.constant_data["leaf_node"].values.tolist() == [3, 4, 5, 6]
+
+
+@pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=3
+def test_n_components_is_a_parameter(data):
+    """Without ``parents``, n_components leaves under one root; a grid over it is a search."""
+    from sklearn.model_selection import GridSearchCV
+
+    X, _ = data
+    settings = dict(kappa_update="bounding", max_iter=3, random_state=0)
+    model = HierarchicalVMFMixture(n_components=3, **settings).fit(X)
+    assert model.parents_.tolist() == [-1, 0, 0, 0]
+    assert model.weights_.shape == (3,)
+    assert HierarchicalVMFMixture().set_params(n_components=2).n_components == 2
+    assert HierarchicalVMFMixture(TREE, n_components=4, **settings).fit(X).leaves_.size == 4
+    with pytest.raises(ValueError, match="n_components=3 but parents has 4 leaves"):
+        HierarchicalVMFMixture(TREE, n_components=3).fit(X)
+    search = GridSearchCV(HierarchicalVMFMixture(**settings), {"n_components": [2, 4]}, cv=2)
+    assert search.fit(X).best_params_["n_components"] in (2, 4)

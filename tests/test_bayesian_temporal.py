@@ -91,7 +91,10 @@ def test_estimator_validates_times(fitted, data):
         TemporalVMFMixture(K).fit(X, times.astype(float))
     with pytest.raises(ValueError, match=r"times\[0\] = -1 is negative"):
         fitted.score(X[:2], [-1, 0])
-    with pytest.raises(ValueError, match="'C0' must be a finite number > 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"'C0' parameter of TemporalVMFMixture must be a float in the range \(0.0, inf\)",
+    ):
         TemporalVMFMixture(K, C0=-1.0).fit(X, times)
 
 
@@ -311,3 +314,19 @@ def test_sampling_scheme(data):
     for k in range(K):
         mle = float(special.kappa_from_rbar(D, cos[labels == k].mean()))
         assert abs(np.log(model.concentrations_[k] / mle)) < 0.2
+
+
+@pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=5
+def test_times_default(fitted, data):
+    """Without ``times``, a fit puts every row at time 0 and prediction is at the last step."""
+    X, times, _, _ = data
+    at_last = np.full(X.shape[0], fitted.n_times_ - 1)
+    np.testing.assert_array_equal(fitted.score_samples(X), fitted.score_samples(X, at_last))
+    np.testing.assert_array_equal(fitted.predict(X), fitted.predict(X, at_last))
+    X0 = X[times == 0]
+    settings = dict(kappa_update="bounding", max_iter=5, tol=0.0, random_state=0)
+    plain = TemporalVMFMixture(K, **settings).fit(X0)
+    zeros = TemporalVMFMixture(K, **settings).fit(X0, np.zeros(X0.shape[0], np.int64))
+    assert plain.n_times_ == 1
+    np.testing.assert_array_equal(plain.time_mean_directions_, zeros.time_mean_directions_)
+    np.testing.assert_array_equal(plain.lower_bounds_, zeros.lower_bounds_)

@@ -287,11 +287,27 @@ def test_save_load_round_trip(fitted, sample, tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"alpha": 0.0}, "'alpha' must be a finite number > 0"),
-        ({"C0": -1.0}, "'C0' must be a finite number >= 0"),
-        ({"s2": 0.0}, "'s2' must be a finite number > 0"),
-        ({"m": float("nan")}, "'m' must be None or a finite number"),
-        ({"kappa_update": "grid"}, "'kappa_update' must be one of"),
+        (
+            {"alpha": 0.0},
+            r"'alpha' parameter of BayesianVMFMixture must be a float in the range \(0.0, inf\)",
+        ),
+        (
+            {"C0": -1.0},
+            r"'C0' parameter of BayesianVMFMixture must be a float in the range \[0.0, inf\)",
+        ),
+        (
+            {"s2": 0.0},
+            r"'s2' parameter of BayesianVMFMixture must be a float in the range \(0.0, inf\)",
+        ),
+        (
+            {"m": float("nan")},
+            r"'m' parameter of BayesianVMFMixture must be a float in the range \(-inf, inf\) "
+            "or None",
+        ),
+        (
+            {"kappa_update": "grid"},
+            "'kappa_update' parameter of BayesianVMFMixture must be a str among",
+        ),
         ({"mu0": np.ones(3)}, r"mu0 must have shape \(20,\)"),
         ({"mu0": np.zeros(20)}, "mu0 must be a finite nonzero vector"),
         ({"init": np.zeros(10, int)}, "init must be a 1-D array of 240 labels"),
@@ -301,7 +317,7 @@ def test_save_load_round_trip(fitted, sample, tmp_path):
         ),
         ({"init": np.arange(240) % 2}, "component 2 has no row"),
         ({"init": np.full(240, 0.5)}, "must hold integer labels"),
-        ({"init": "kmeans"}, "'init' must be 'random', 'spherical-kmeans"),
+        ({"init": "kmeans"}, "'init' parameter of BayesianVMFMixture must be a str among"),
     ],
 )
 def test_bad_input(sample, kwargs, match):

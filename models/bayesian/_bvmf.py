@@ -10,13 +10,15 @@ References
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple
+from numbers import Integral, Real
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _mixture, _parallel, special
+from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, check_count, make_key
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
@@ -35,28 +37,9 @@ from bayesvmf.models.bayesian._bvmf_vi import (
     vi_step,
 )
 from bayesvmf.models.bayesian._kappa import Priors
+from bayesvmf.models.bayesian._shared import FINITE, NONNEGATIVE, POSITIVE
 
 __all__ = ["BayesianVMFMixture"]
-
-
-class _InitOption(NamedTuple):
-    def check(self, value) -> bool:
-        if isinstance(value, str):
-            return value in ("random", "spherical-kmeans++")
-        return isinstance(value, np.ndarray | list | tuple | jax.Array)
-
-    def describe(self) -> str:
-        return "'random', 'spherical-kmeans++' or an int array of initial labels (n_samples,)"
-
-
-class _OptionalFloat(NamedTuple):
-    inner: _mixture.Interval
-
-    def check(self, value) -> bool:
-        return value is None or self.inner.check(value)
-
-    def describe(self) -> str:
-        return "None or " + self.inner.describe()
 
 
 class BayesianVMFMixture(_mixture.BaseVMFMixture):
@@ -181,30 +164,32 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
     [30, 30]
     """
 
-    _parameter_constraints = {
-        **{
-            k: v
-            for k, v in _mixture.BaseVMFMixture._parameter_constraints.items()
-            if k != "verbose"
-        },
-        "inference": _mixture.Options(("vi", "gibbs")),
-        "kappa_update": _mixture.Options(_kappa.SCHEMES),
-        "alpha": _mixture.Interval(float, 0.0, None, low_open=True),
-        "C0": _mixture.Interval(float, 0.0, None),
-        "m": _OptionalFloat(_mixture.Interval(float, None, None)),
-        "s2": _mixture.Interval(float, 0.0, None, low_open=True),
-        "empirical_bayes": _mixture.Boolean(),
-        "init": _InitOption(),
-        "num_chains": _mixture.Interval(int, 1, None),
-        "num_warmup": _mixture.Interval(int, 0, None),
-        "num_samples": _mixture.Interval(int, 1, None),
-        "kappa_num_samples": _mixture.Interval(int, 2, None),
-        "kappa_num_warmup": _mixture.Interval(int, 0, None),
-        "kappa_num_steps": _mixture.Interval(int, 1, None),
-        "predictive_draws": _mixture.Interval(int, 1, None),
-        "learning_decay": _mixture.Interval(float, 0.5, 1.0, low_open=True),
-        "learning_offset": _mixture.Interval(float, 0.0, None),
-        "progress_bar": _mixture.Boolean(),
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "inference": [StrOptions({"vi", "gibbs"})],
+        "kappa_update": [StrOptions(set(_kappa.SCHEMES))],
+        "alpha": [POSITIVE],
+        "mu0": [None, "array-like"],
+        "C0": [NONNEGATIVE],
+        "m": [FINITE, None],
+        "s2": [POSITIVE],
+        "empirical_bayes": ["boolean"],
+        "init": [StrOptions({"random", "spherical-kmeans++"}), "array-like"],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "tol": [NONNEGATIVE],
+        "num_chains": [Interval(Integral, 1, None, closed="left")],
+        "num_warmup": [Interval(Integral, 0, None, closed="left")],
+        "num_samples": [Interval(Integral, 1, None, closed="left")],
+        "kappa_num_samples": [Interval(Integral, 2, None, closed="left")],
+        "kappa_num_warmup": [Interval(Integral, 0, None, closed="left")],
+        "kappa_num_steps": [Interval(Integral, 1, None, closed="left")],
+        "predictive_draws": [Interval(Integral, 1, None, closed="left")],
+        "learning_decay": [Interval(Real, 0.5, 1.0, closed="right")],
+        "learning_offset": [NONNEGATIVE],
+        "normalize": ["boolean"],
+        "random_state": RANDOM_STATE,
+        "progress_bar": ["boolean"],
         "devices": _parallel.DevicesOption(),
     }
 
@@ -289,6 +274,9 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         self.random_state = random_state
         self.progress_bar = progress_bar
         self.devices = devices
+
+    def _validate_params(self) -> None:
+        BaseVMFEstimator._validate_params(self)
 
     def get_params(self, deep: bool = True) -> dict:
         """Return the constructor arguments; array-valued ``init``/``mu0`` as lists (saveable)."""
@@ -464,7 +452,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             data = self._fit_data(Xc, devices)
             # the device copy serves the whole fit: release the host copy now
             del Xc
-            self._fit(data, _mixture.make_key(self.random_state))
+            self._fit(data, make_key(self.random_state))
             logits = _parallel.map_rows(_log_resp_rows, self._log_resp_params(), data)
             return np.argmax(logits, axis=1)
 
@@ -561,8 +549,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                     f"carries (n_components={stream[0]}, kappa_update={stream[1]!r}); "
                     "restore them, or call fit to start anew."
                 )
-        if n_samples is not None and not _mixture.Interval(int, 1, None).check(n_samples):
-            raise ValueError(f"n_samples must be None or an int >= 1; got {n_samples!r}.")
+        check_count(n_samples, "n_samples", allow_none=True)
         devices = self._check_devices()
         Xc = self._check_input(X, reset=first)
         # the counters change only once the step has succeeded: a chunk that fails
@@ -570,7 +557,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         n_seen = (0 if first else self.n_samples_seen_) + Xc.shape[0]
         corpus_rows = n_seen if n_samples is None else n_samples
         with jax.enable_x64(True):
-            key = _mixture.make_key(self.random_state)
+            key = make_key(self.random_state)
             if first:
                 self._fit(self._fit_data(Xc, devices), key)
                 online, n_steps, step_size = self._online, 0, 1.0
@@ -788,11 +775,10 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             from bayesvmf.models.bayesian import _gibbs
 
             return _gibbs.gibbs_to_arviz(self)
-        if not _mixture.Interval(int, 1, None).check(num_draws):
-            raise ValueError(f"num_draws must be an int >= 1; got {num_draws!r}.")
+        check_count(num_draws, "num_draws")
         k, d = np.shape(self.mean_directions_)
         with jax.enable_x64(True):
-            key_mu, key_kappa, key_pi = jax.random.split(_mixture.make_key(random_state), 3)
+            key_mu, key_kappa, key_pi = jax.random.split(make_key(random_state), 3)
             dist = VonMisesFisher(
                 jnp.asarray(self.mean_directions_), jnp.asarray(self.mean_direction_concentration_)
             )

@@ -9,13 +9,16 @@ References
 
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from sklearn.utils._param_validation import Interval
 
 from bayesvmf import _mixture, _parallel
+from bayesvmf._base import BaseVMFEstimator, make_key
 from bayesvmf.models.bayesian._hierarchical_vi import (
     HState,
     _crisp,
@@ -26,8 +29,7 @@ from bayesvmf.models.bayesian._hierarchical_vi import (
 )
 from bayesvmf.models.bayesian._shared import (
     SHARED_CONSTRAINTS,
-    _OptionalDirection,
-    _Parents,
+    check_direction,
     data_mean_direction,
     fit_data,
     fit_restarts,
@@ -57,9 +59,14 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
 
     Parameters
     ----------
-    parents : array-like of int of shape (n_nodes,)
+    parents : array-like of int of shape (n_nodes,) or None, default None
         Parent of each node, -1 for the root (e.g. from :func:`balanced_tree`). The leaves
         (nodes without children, in increasing index order) are the mixture components.
+        None: a root whose children are ``n_components`` leaves (``balanced_tree((K,))``),
+        the smallest tree, so that a plain ``n_components`` (a grid over it) is a model.
+    n_components : int or None, default None
+        Number of leaves. None: those of ``parents`` (1 without ``parents``). With
+        ``parents``, it must be None or equal to the number of leaves of ``parents``.
     kappa_update : {"sampling", "bounding"}, default "sampling"
         The q(kappa) scheme of sec. 3.1.1 (:mod:`._kappa`).
     alpha : float, default 1.0
@@ -141,7 +148,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
     """
 
     _parameter_constraints: dict[str, Any] = {
-        "parents": _Parents(),
+        "parents": [None, "array-like"],
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
         **SHARED_CONSTRAINTS,
     }
 
@@ -164,8 +172,9 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
 
     def __init__(
         self,
-        parents,
+        parents=None,
         *,
+        n_components: int | None = None,
         kappa_update: str = "sampling",
         alpha: float = 1.0,
         mu0=None,
@@ -185,6 +194,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         devices=None,
     ):
         self.parents = parents
+        self.n_components = n_components
         self.kappa_update = kappa_update
         self.alpha = alpha
         self.mu0 = mu0
@@ -219,7 +229,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
-            self._fit(fit_data(Xc, devices), _mixture.make_key(self.random_state), host=Xc)
+            self._fit(fit_data(Xc, devices), make_key(self.random_state), host=Xc)
         return self
 
     def fit_predict(self, X, y=None) -> np.ndarray:
@@ -244,7 +254,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
             data = fit_data(Xc, devices)
-            self._fit(data, _mixture.make_key(self.random_state), host=Xc)
+            self._fit(data, make_key(self.random_state), host=Xc)
             rows = _parallel.map_rows(_leaf_log_predictive_rows, self._predictive_params(), data)
             return np.argmax(rows, axis=1)
 
@@ -260,19 +270,50 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
                 params[name] = np.asarray(params[name]).tolist()
         return params
 
-    @property
-    def n_components(self) -> int:
-        """Number of leaves of ``parents`` (the mixture components)."""
-        return int(leaves_of(check_parents(self.parents)).size)
+    def _tree_parents(self) -> np.ndarray:
+        """Return the validated parent array of the fit (see ``parents``, ``n_components``)."""
+        if self.parents is None:
+            return balanced_tree((1 if self.n_components is None else self.n_components,))
+        parents = check_parents(self.parents)
+        n_leaves = int(leaves_of(parents).size)
+        if self.n_components is not None and self.n_components != n_leaves:
+            raise ValueError(
+                f"{type(self).__name__}: n_components={self.n_components} but parents has "
+                f"{n_leaves} leaves; set n_components=None (or to {n_leaves}), or parents=None "
+                "for a root over n_components leaves."
+            )
+        return parents
+
+    def _n_leaves(self) -> int:
+        """Return the number of mixture components (leaves) of the tree of the next fit."""
+        return int(leaves_of(self._tree_parents()).size)
+
+    def _check_input(self, X, *, reset: bool):
+        """Check X; a fit needs as many rows as leaves (``n_components`` may be None)."""
+        from bayesvmf import data as _data
+
+        n_min = self._n_leaves() if reset else 1
+        Xc = _data.check_directional(
+            X,
+            normalize=self.normalize,
+            name="X",
+            min_rows=n_min,
+            min_rows_name="n_components" if reset else None,
+            copy=False,
+        )
+        if reset:
+            self.n_features_in_ = Xc.shape[1]
+        elif Xc.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {Xc.shape[1]} features, but {type(self).__name__} was fitted with "
+                f"{self.n_features_in_} features."
+            )
+        return Xc
 
     def _validate_params(self) -> None:
-        super()._validate_params()
-        check_parents(self.parents)
-        if not _OptionalDirection().check(self.mu0):
-            raise ValueError(
-                f"{type(self).__name__}: parameter 'mu0' must be "
-                f"{_OptionalDirection().describe()}; got {self.mu0!r}."
-            )
+        BaseVMFEstimator._validate_params(self)
+        self._tree_parents()
+        check_direction(self.mu0)
 
     def _n_parameters(self) -> int:
         n_nodes, d = self.node_mean_directions_.shape
@@ -286,7 +327,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         ``host``: the checked input on the host, for the top-down initialisation (needed with
         row blocks; by default read back from plain device data).
         """
-        parents = check_parents(self.parents)
+        parents = self._tree_parents()
         tree = make_tree(parents)
         n, d = data.shape
         L = int(tree.leaves.shape[0])

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, NamedTuple
+from numbers import Integral, Real
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +24,10 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.scipy.special import logsumexp
 from jax.sharding import PartitionSpec as P
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _mixture, _parallel, special
+from bayesvmf._base import RANDOM_STATE, check_count, make_key
 from bayesvmf._mixture import count_trace
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
@@ -199,56 +202,44 @@ def _row_sum_blocks(data):
 # --------------------------------------------------------------------------------------------
 
 
-class _Parents(NamedTuple):
-    """``parents``: a parent array (checked in full by :func:`check_parents`)."""
-
-    def check(self, value) -> bool:
-        """Accept any array-like; :func:`check_parents` gives the precise error."""
-        return value is not None
-
-    def describe(self) -> str:
-        """Describe the constraint in words."""
-        return "a parent array (see balanced_tree)"
+#: A finite number > 0, >= 0, and any finite number (open ends at infinity: an infinite
+#: concentration or variance is refused, as a NaN is).
+POSITIVE = Interval(Real, 0.0, np.inf, closed="neither")
+NONNEGATIVE = Interval(Real, 0.0, np.inf, closed="left")
+FINITE = Interval(Real, -np.inf, np.inf, closed="neither")
 
 
-class _OptionalInterval(NamedTuple):
-    interval: _mixture.Interval
-
-    def check(self, value) -> bool:
-        return value is None or self.interval.check(value)
-
-    def describe(self) -> str:
-        return "None or " + self.interval.describe()
-
-
-class _OptionalDirection(NamedTuple):
-    def check(self, value) -> bool:
-        if value is None:
-            return True
-        arr = np.asarray(value)
-        return arr.ndim == 1 and arr.dtype.kind in "iuf" and np.all(np.isfinite(arr))
-
-    def describe(self) -> str:
-        return "None or a 1-D finite array of n_features values (normalised to unit norm)"
+def check_direction(mu0, name: str = "mu0") -> None:
+    """Refuse a prior direction that is not None or a 1-D array of finite numbers."""
+    if mu0 is None:
+        return
+    arr = np.asarray(mu0)
+    if arr.ndim != 1 or arr.dtype.kind not in "iuf" or not np.all(np.isfinite(arr)):
+        raise ValueError(
+            f"{name} must be None or a 1-D finite array of n_features values (normalised to "
+            f"unit norm); got {mu0!r}."
+        )
 
 
 #: constructor arguments shared by the hierarchical and the temporal estimators
+#: (scikit-learn constraints; ``mu0`` is checked in full by :func:`check_direction`)
 SHARED_CONSTRAINTS: dict[str, Any] = {
-    "kappa_update": _mixture.Options(("sampling", "bounding")),
-    "alpha": _mixture.Interval(float, 0.0, None, low_open=True),
-    "C0": _mixture.Interval(float, 0.0, None, low_open=True),
-    "m": _OptionalInterval(_mixture.Interval(float, None, None)),
-    "s2": _mixture.Interval(float, 0.0, None, low_open=True),
-    "empirical_bayes": _mixture.Boolean(),
-    "init": _mixture.Options(("random", "spherical-kmeans++")),
-    "n_init": _mixture.Interval(int, 1, None),
-    "max_iter": _mixture.Interval(int, 1, None),
-    "tol": _mixture.Interval(float, 0.0, None),
-    "kappa_num_samples": _mixture.Interval(int, 1, None),
-    "kappa_num_steps": _mixture.Interval(int, 1, None),
-    "normalize": _mixture.Boolean(),
-    "random_state": _mixture.RandomState(),
-    "progress_bar": _mixture.Boolean(),
+    "kappa_update": [StrOptions(set(_kappa.SCHEMES))],
+    "alpha": [POSITIVE],
+    "mu0": [None, "array-like"],
+    "C0": [POSITIVE],
+    "m": [FINITE, None],
+    "s2": [POSITIVE],
+    "empirical_bayes": ["boolean"],
+    "init": [StrOptions({"random", "spherical-kmeans++"})],
+    "n_init": [Interval(Integral, 1, None, closed="left")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "tol": [NONNEGATIVE],
+    "kappa_num_samples": [Interval(Integral, 1, None, closed="left")],
+    "kappa_num_steps": [Interval(Integral, 1, None, closed="left")],
+    "normalize": ["boolean"],
+    "random_state": RANDOM_STATE,
+    "progress_bar": ["boolean"],
     "devices": _parallel.DevicesOption(),
 }
 
@@ -432,8 +423,7 @@ def draw_from_q(psi, gamma, mean_log_kappa, var_log_kappa, rho, num_draws, rando
     """
     from bayesvmf.distribution import VonMisesFisher
 
-    if not _mixture.Interval(int, 1, None).check(num_draws):
-        raise ValueError(f"num_draws must be an int >= 1; got {num_draws!r}.")
+    check_count(num_draws, "num_draws")
     psi = np.asarray(psi, np.float64)
     batch, d = psi.shape[:-1], psi.shape[-1]
     flat_psi, flat_gamma = psi.reshape(-1, d), np.asarray(gamma, np.float64).ravel()
@@ -442,7 +432,7 @@ def draw_from_q(psi, gamma, mean_log_kappa, var_log_kappa, rho, num_draws, rando
     flat_psi = np.concatenate([flat_psi, np.tile(flat_psi[:1], (pad, 1))])
     flat_gamma = np.concatenate([flat_gamma, np.tile(flat_gamma[:1], pad)])
     with jax.enable_x64(True):
-        k_mu, k_kappa, k_pi = jax.random.split(_mixture.make_key(random_state), 3)
+        k_mu, k_kappa, k_pi = jax.random.split(make_key(random_state), 3)
         mu = VonMisesFisher(jnp.asarray(flat_psi), jnp.asarray(flat_gamma)).sample(
             k_mu, (num_draws,)
         )

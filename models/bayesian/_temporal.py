@@ -10,14 +10,17 @@ References
 from __future__ import annotations
 
 import numbers
+from numbers import Integral
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
+from sklearn.utils._param_validation import Interval
 
 from bayesvmf import _mixture, _parallel
+from bayesvmf._base import BaseVMFEstimator, make_key
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as _s
 from bayesvmf.models.bayesian._temporal_vi import (
@@ -159,7 +162,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     """
 
     _parameter_constraints: dict[str, Any] = {
-        "n_components": _mixture.Interval(int, 1, None),
+        "n_components": [Interval(Integral, 1, None, closed="left")],
         **_s.SHARED_CONSTRAINTS,
     }
 
@@ -220,12 +223,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         self.devices = devices
 
     def _validate_params(self) -> None:
-        super()._validate_params()
-        if not _s._OptionalDirection().check(self.mu0):
-            raise ValueError(
-                f"{type(self).__name__}: parameter 'mu0' must be "
-                f"{_s._OptionalDirection().describe()}; got {self.mu0!r}."
-            )
+        BaseVMFEstimator._validate_params(self)
+        _s.check_direction(self.mu0)
 
     def _n_parameters(self) -> int:
         n_times, k, d = self.time_mean_directions_.shape
@@ -233,15 +232,17 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
     # ---- fitting ----------------------------------------------------------------------------
 
-    def fit(self, X, times) -> TemporalVMFMixture:
+    def fit(self, X, times=None) -> TemporalVMFMixture:
         """Fit the model to rows X observed at time steps ``times``.
 
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        times : array-like of int of shape (n_samples,)
+        times : array-like of int of shape (n_samples,) or None, default None
             Time step of each row; the fitted range is 0..max(times). A step without rows
-            is allowed (its means interpolate between the neighbouring steps).
+            is allowed (its means interpolate between the neighbouring steps). None: every
+            row at time 0 (one time step: a Bayesian vMF mixture whose kappa_k are shared
+            with nothing, the model of a plain X).
 
         Returns
         -------
@@ -250,18 +251,18 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         self._validate_params()
         devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
-        t = check_times(times, Xc.shape[0])
+        t = self._fit_times_of(times, Xc.shape[0])
         with jax.enable_x64(True):
-            self._fit_times(_s.fit_data(Xc, devices), t, _mixture.make_key(self.random_state))
+            self._fit_times(_s.fit_data(Xc, devices), t, make_key(self.random_state))
         return self
 
-    def fit_predict(self, X, times) -> np.ndarray:
+    def fit_predict(self, X, times=None) -> np.ndarray:
         """Fit and return the most probable cluster of each row (``fit(X, times).predict``).
 
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        times : array-like of int of shape (n_samples,)
+        times : array-like of int of shape (n_samples,) or None, default None
 
         Returns
         -------
@@ -270,10 +271,10 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         self._validate_params()
         devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
-        t = check_times(times, Xc.shape[0])
+        t = self._fit_times_of(times, Xc.shape[0])
         with jax.enable_x64(True):
             data = _s.fit_data(Xc, devices)
-            self._fit_times(data, t, _mixture.make_key(self.random_state))
+            self._fit_times(data, t, make_key(self.random_state))
             if devices is None:
                 return np.asarray(jnp.argmax(self._weighted(data, t), axis=1))
             wlp = _log_predictive_blocks(data, _s.row_array(t, data), self._predictive_params())
@@ -362,18 +363,27 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         with jax.enable_x64(True):
             return _log_predictive_jit(data, jnp.asarray(times), *self._predictive_params())
 
+    @staticmethod
+    def _fit_times_of(times, n: int) -> np.ndarray:
+        """Return the checked time index of a fit: ``times``, or 0 for every row (None)."""
+        return np.zeros(n, np.int64) if times is None else check_times(times, n)
+
     def _data_times(self, X, times):
+        """Return device data and the checked times (None: the last fitted time step)."""
         data = self._device_data(X)
+        if times is None:
+            return data, np.full(data.shape[0], self.n_times_ - 1, np.int64)
         return data, check_times(times, data.shape[0])
 
-    def predict(self, X, times) -> np.ndarray:
+    def predict(self, X, times=None) -> np.ndarray:
         """Return the most probable cluster of each row under the posterior predictive.
 
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        times : array-like of int of shape (n_samples,)
+        times : array-like of int of shape (n_samples,) or None, default None
             Any time >= 0; beyond the fitted range the forecast of :meth:`score_samples`.
+            None (here and in the other prediction methods): the last fitted time step.
 
         Returns
         -------
@@ -382,13 +392,13 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         with jax.enable_x64(True):
             return np.asarray(jnp.argmax(self._weighted(*self._data_times(X, times)), axis=1))
 
-    def predict_proba(self, X, times) -> np.ndarray:
+    def predict_proba(self, X, times=None) -> np.ndarray:
         """Return the predictive cluster probabilities of each row (rows sum to one).
 
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        times : array-like of int of shape (n_samples,)
+        times : array-like of int of shape (n_samples,) or None, default None
 
         Returns
         -------
@@ -398,7 +408,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             wlp = self._weighted(*self._data_times(X, times))
             return np.asarray(jnp.exp(wlp - logsumexp(wlp, axis=1, keepdims=True)))
 
-    def score_samples(self, X, times) -> np.ndarray:
+    def score_samples(self, X, times=None) -> np.ndarray:
         r"""Return the held-out log posterior predictive density of each row at its time.
 
         ``log sum_k E[pi_k] int int vMF(x | mu, kappa_k) q_t(mu) q(kappa_k)``: q_t(mu) is
@@ -413,7 +423,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        times : array-like of int of shape (n_samples,)
+        times : array-like of int of shape (n_samples,) or None, default None
 
         Returns
         -------
@@ -422,13 +432,13 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         with jax.enable_x64(True):
             return np.asarray(logsumexp(self._weighted(*self._data_times(X, times)), axis=1))
 
-    def score(self, X, times) -> float:
+    def score(self, X, times=None) -> float:
         """Return the mean of :meth:`score_samples`.
 
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        times : array-like of int of shape (n_samples,)
+        times : array-like of int of shape (n_samples,) or None, default None
 
         Returns
         -------
@@ -436,13 +446,13 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         """
         return float(np.mean(self.score_samples(X, times)))
 
-    def bic(self, X, times) -> float:
+    def bic(self, X, times=None) -> float:
         """Bayesian information criterion of the predictive density at ``times``.
 
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        times : array-like of int of shape (n_samples,)
+        times : array-like of int of shape (n_samples,) or None, default None
 
         Returns
         -------
@@ -450,13 +460,13 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         """
         return self._criterion("bic", X, times)
 
-    def aic(self, X, times) -> float:
+    def aic(self, X, times=None) -> float:
         """Akaike information criterion of the predictive density at ``times``.
 
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        times : array-like of int of shape (n_samples,)
+        times : array-like of int of shape (n_samples,) or None, default None
 
         Returns
         -------
