@@ -37,7 +37,7 @@ from bayesvmf.models.bayesian._bvmf_vi import (
     vi_step,
 )
 from bayesvmf.models.bayesian._kappa import Priors
-from bayesvmf.models.bayesian._shared import FINITE, NONNEGATIVE, POSITIVE
+from bayesvmf.models.bayesian._shared import FINITE, NONNEGATIVE, POSITIVE, fit_data
 
 __all__ = ["BayesianVMFMixture"]
 
@@ -449,18 +449,12 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         devices = self._check_devices()  # before anything of the fitted model changes
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
-            data = self._fit_data(Xc, devices)
+            data = fit_data(Xc, devices)
             # the device copy serves the whole fit: release the host copy now
             del Xc
             self._fit(data, make_key(self.random_state))
             logits = _parallel.map_rows(_log_resp_rows, self._log_resp_params(), data)
             return np.argmax(logits, axis=1)
-
-    def _fit_data(self, Xc, devices: list | None):
-        """Return checked data on the device: plain, or one row block per device."""
-        if devices is None:
-            return _mixture.to_device(Xc)
-        return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
 
     def _check_devices(self) -> list | None:
         """Resolve ``devices``; refuse it with Gibbs sampling or an ``init`` label array."""
@@ -559,7 +553,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         with jax.enable_x64(True):
             key = make_key(self.random_state)
             if first:
-                self._fit(self._fit_data(Xc, devices), key)
+                self._fit(fit_data(Xc, devices), key)
                 online, n_steps, step_size = self._online, 0, 1.0
             else:
                 n_steps = self.n_steps_ + 1

@@ -1,4 +1,4 @@
-"""Pieces shared by H-vMFmix and T-vMFmix (secs. 3.2-3.3 of Gopal & Yang [1]_).
+"""Pieces shared by the Bayesian family, most of them by H- and T-vMFmix (secs. 3.1-3.3 of [1]_).
 
 The vMF factor q(mu) = vMF(psi, gamma) (its mean, entropy, natural parameter and the
 closed-form predictive integral), rows over devices (per-row arrays laid out like the row
