@@ -100,7 +100,9 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         The offset tau of those step sizes (a larger tau damps the first steps).
     normalize : bool, default True
         Rescale rows to unit norm; with False, non-unit rows raise a ValueError.
-    random_state : None, int or jax key, default None
+    random_state : None, int, numpy RandomState or Generator, or jax key, default None
+        Seed of a fit (:func:`bayesvmf._base.make_key`): an int is reproducible; a
+        RandomState or Generator gives a seed drawn from it; None a fresh one.
     progress_bar : bool, default False
     devices : None, int or list of jax devices, default None
         Data-parallel VI (DESIGN.md section 6): the rows of X are split into one equal block
@@ -754,7 +756,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         Parameters
         ----------
         num_draws : int, default 100
-        random_state : None, int or jax key, default 0
+        random_state : None, int, numpy RandomState or Generator, or jax key, default 0
 
         Returns
         -------

@@ -97,7 +97,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
     kappa_num_steps : int, default 20
         Gradient steps on q(kappa) per iteration (bounding scheme).
     normalize : bool, default True
-    random_state : None, int or jax key
+    random_state : None, int, numpy RandomState or Generator, or jax key, default None
+        Seed of a fit (:func:`bayesvmf._base.make_key`).
     progress_bar : bool, default False
     devices : None, int or list of jax devices, default None
         Data-parallel VI (DESIGN.md section 6): the rows of X are split into one equal block
