@@ -330,3 +330,14 @@ def test_times_default(fitted, data):
     assert plain.n_times_ == 1
     np.testing.assert_array_equal(plain.time_mean_directions_, zeros.time_mean_directions_)
     np.testing.assert_array_equal(plain.lower_bounds_, zeros.lower_bounds_)
+
+
+def test_time_index_as_y_or_times(fitted, data):
+    """fit/score take the time index as y (scikit-learn's place) or by name, not both."""
+    X, times, _, _ = data
+    rows = times < 2
+    assert fitted.score(X[rows], times[rows]) == fitted.score(X[rows], times=times[rows])
+    with pytest.raises(ValueError, match="the time index was given twice, as y and as times"):
+        fitted.score(X[rows], times[rows], times=times[rows])
+    with pytest.raises(ValueError, match="the time index was given twice, as y and as times"):
+        TemporalVMFMixture(K).fit(X, times, times=times)

@@ -86,6 +86,13 @@ def check_times(times, n_samples: int, *, name: str = "times") -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _time_index(name: str, y, times):
+    """Return the time index given as ``y`` or as ``times`` (None if neither); refuse both."""
+    if y is not None and times is not None:
+        raise ValueError(f"{name}: the time index was given twice, as y and as times; give one.")
+    return times if y is None else y
+
+
 class TemporalVMFMixture(_mixture.BaseVMFMixture):
     r"""Temporal Bayesian vMF mixture (T-vMFmix, section 3.3 of [1]_), mean-field VI.
 
@@ -232,53 +239,60 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
     # ---- fitting ----------------------------------------------------------------------------
 
-    def fit(self, X, times=None) -> TemporalVMFMixture:
-        """Fit the model to rows X observed at time steps ``times``.
+    def fit(self, X, y=None, *, times=None) -> TemporalVMFMixture:
+        """Fit the model to rows X observed at time steps ``y`` (or ``times``).
 
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
+        y : array-like of int of shape (n_samples,) or None, default None
+            The time step of each row, in the place scikit-learn gives ``y`` (so that a
+            pipeline, a cross-validation or a grid search splits it with the rows, and
+            ``fit(X, times)`` reads as before); the fitted range is 0..max. A step without
+            rows is allowed (its means interpolate between the neighbouring steps). None
+            (with ``times`` None): every row at time 0, one time step: the model of a plain
+            X.
         times : array-like of int of shape (n_samples,) or None, default None
-            Time step of each row; the fitted range is 0..max(times). A step without rows
-            is allowed (its means interpolate between the neighbouring steps). None: every
-            row at time 0 (one time step: a Bayesian vMF mixture whose kappa_k are shared
-            with nothing, the model of a plain X).
+            The same, by name; give ``y`` or ``times``, not both.
 
         Returns
         -------
         self
         """
-        self._validate_params()
-        devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
-        Xc = self._check_input(X, reset=True)
-        t = self._fit_times_of(times, Xc.shape[0])
-        with jax.enable_x64(True):
-            self._fit_times(_s.fit_data(Xc, devices), t, make_key(self.random_state))
+        self._fit_rows(X, y, times)
         return self
 
-    def fit_predict(self, X, times=None) -> np.ndarray:
-        """Fit and return the most probable cluster of each row (``fit(X, times).predict``).
+    def fit_predict(self, X, y=None, *, times=None) -> np.ndarray:
+        """Fit and return the most probable cluster of each row (``fit(X, y).predict``).
 
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        times : array-like of int of shape (n_samples,) or None, default None
+        y, times : array-like of int of shape (n_samples,) or None, default None
+            The time step of each row, as in :meth:`fit`.
 
         Returns
         -------
         ndarray of shape (n_samples,)
         """
-        self._validate_params()
-        devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
-        Xc = self._check_input(X, reset=True)
-        t = self._fit_times_of(times, Xc.shape[0])
+        data, t, devices = self._fit_rows(X, y, times)
         with jax.enable_x64(True):
-            data = _s.fit_data(Xc, devices)
-            self._fit_times(data, t, make_key(self.random_state))
             if devices is None:
                 return np.asarray(jnp.argmax(self._weighted(data, t), axis=1))
             wlp = _log_predictive_blocks(data, _s.row_array(t, data), self._predictive_params())
             return np.argmax(_s.host_rows(wlp, data), axis=1)
+
+    def _fit_rows(self, X, y, times):
+        """Validate, then fit; return the device data, the checked times and the devices."""
+        t = _time_index(type(self).__name__, y, times)
+        self._validate_params()
+        devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
+        Xc = self._check_input(X, reset=True)
+        t = self._fit_times_of(t, Xc.shape[0])
+        with jax.enable_x64(True):
+            data = _s.fit_data(Xc, devices)
+            self._fit_times(data, t, make_key(self.random_state))
+        return data, t, devices
 
     def _fit_times(self, data, times, rng_key) -> None:
         n, d = data.shape
@@ -432,19 +446,21 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         with jax.enable_x64(True):
             return np.asarray(logsumexp(self._weighted(*self._data_times(X, times)), axis=1))
 
-    def score(self, X, times=None) -> float:
+    def score(self, X, y=None, *, times=None) -> float:
         """Return the mean of :meth:`score_samples`.
 
         Parameters
         ----------
         X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        times : array-like of int of shape (n_samples,) or None, default None
+        y, times : array-like of int of shape (n_samples,) or None, default None
+            The time step of each row (give one; as in :meth:`fit`); None: the last fitted
+            time step.
 
         Returns
         -------
         float
         """
-        return float(np.mean(self.score_samples(X, times)))
+        return float(np.mean(self.score_samples(X, _time_index(type(self).__name__, y, times))))
 
     def bic(self, X, times=None) -> float:
         """Bayesian information criterion of the predictive density at ``times``.
