@@ -124,6 +124,12 @@ def make_key(random_state) -> jax.Array:
         return jax.random.key(seed)
 
 
+def _n_columns(X) -> int | None:
+    """Return the number of columns of a 2-D X that has a shape, else None."""
+    shape = getattr(X, "shape", None)
+    return int(shape[1]) if isinstance(shape, tuple) and len(shape) == 2 else None
+
+
 def _is_dataframe(X) -> bool:
     """Whether X is a pandas (or other dataframe-protocol) table, without importing pandas."""
     return hasattr(X, "dtypes") and hasattr(X, "columns")
@@ -141,6 +147,12 @@ def _as_numeric(X, name: str):
     """
     if sp.issparse(X):
         return X
+    if getattr(getattr(X, "dtype", None), "kind", None) == "c":
+        # scikit-learn's type and words (its estimator checks ask for them), with the reason
+        raise ValueError(
+            f"Complex data not supported: {name} has dtype {X.dtype}; a direction has real "
+            "coordinates"
+        )
     is_object = getattr(getattr(X, "dtype", None), "kind", None) == "O"
     if not (is_object or _is_dataframe(X)):
         return X
@@ -282,8 +294,21 @@ class BaseVMFEstimator(BaseEstimator):
 
         if normalize is None:
             normalize = getattr(self, "normalize", True)
+        n_columns = _n_columns(X)
+        if not reset and n_columns is not None:
+            # the fitted feature count first: X[:, :1] is "1 feature, expected 5", not "too
+            # few columns for a direction"
+            validate_data(self, X, reset=False, skip_check_array=True)
+        X_numeric = _as_numeric(X, "X")  # complex input refused here, with its dtype
+        if n_columns is not None and n_columns < 2:
+            # scikit-learn's wording (its estimator checks look for "1 feature(s)" and
+            # "0 feature(s) (shape=(n, 0)) while a minimum of 2 is required")
+            raise ValueError(
+                f"X has {n_columns} feature(s) (shape={tuple(X.shape)}) while a minimum of 2 "
+                "is required: a direction needs at least 2 features"
+            )
         Xc = check_directional(
-            _as_numeric(X, "X"),
+            X_numeric,
             normalize=normalize,
             name="X",
             min_rows=min_rows,
@@ -291,8 +316,9 @@ class BaseVMFEstimator(BaseEstimator):
             dtype=dtype,
             copy=copy,
         )
-        # the original X: its column names, if it is a DataFrame; its shape is Xc's
-        validate_data(self, X, reset=reset, skip_check_array=True)
+        if reset or n_columns is None:
+            # the original X: its column names, if it is a DataFrame; its shape is Xc's
+            validate_data(self, X, reset=reset, skip_check_array=True)
         return Xc
 
     # ---- fitted state -------------------------------------------------------------------

@@ -41,7 +41,6 @@ References
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import numbers
 import warnings
@@ -52,12 +51,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
+from sklearn.base import ClusterMixin, DensityMixin
+from sklearn.utils import _param_validation as pv
 
 from bayesvmf import special
+from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, check_count, make_key
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
 
 __all__ = [
     "best_run",
+    "make_key",
     "set_params",
     "ConvergenceWarning",
     "DegenerateRunWarning",
@@ -848,8 +851,11 @@ def crisp_statistics(data, mu: jax.Array):
 
 
 # --------------------------------------------------------------------------------------------
-# Parameter validation
+# Former parameter validation (until the Bayesian models migrate to scikit-learn's)
 # --------------------------------------------------------------------------------------------
+# The estimators declare scikit-learn constraints (bayesvmf._base). The four classes below
+# and set_params() remain only for models/bayesian and models/dirichlet, which still import
+# them; BaseVMFEstimator._validate_params accepts their check/describe protocol meanwhile.
 
 
 class Interval(NamedTuple):
@@ -928,8 +934,8 @@ class RandomState(NamedTuple):
 def set_params(estimator, valid, params: dict):
     """Set constructor arguments ``params`` of ``estimator`` (names in ``valid``); return it.
 
-    The scikit-learn convention, shared by estimators that do not derive from
-    :class:`BaseVMFMixture`; values are validated at the next ``fit``.
+    For estimators that do not derive from :class:`bayesvmf._base.BaseVMFEstimator` yet;
+    values are validated at the next ``fit``.
     """
     for name, value in params.items():
         if name not in valid:
@@ -939,6 +945,11 @@ def set_params(estimator, valid, params: dict):
             )
         setattr(estimator, name, value)
     return estimator
+
+
+# --------------------------------------------------------------------------------------------
+# Restarts
+# --------------------------------------------------------------------------------------------
 
 
 def best_run(bounds, margin: float) -> int:
@@ -958,22 +969,33 @@ def best_run(bounds, margin: float) -> int:
     return int(np.flatnonzero(finite >= top - margin)[0])
 
 
-def make_key(random_state) -> jax.Array:
-    """Turn ``random_state`` into a JAX key (once per fit).
-
-    ``None`` draws a fresh seed from NumPy's entropy, so it is not reproducible.
-    """
-    if isinstance(random_state, jax.Array):
-        if jnp.issubdtype(random_state.dtype, jax.dtypes.prng_key):
-            return random_state
-        return jax.random.wrap_key_data(random_state)
-    if random_state is None:
-        random_state = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
-    return jax.random.key(int(random_state))
+def warn_degenerate(statuses: np.ndarray, what: str, stacklevel: int = 3) -> None:
+    """Warn once about the degenerate runs in ``statuses`` (one status per run)."""
+    statuses = np.asarray(statuses)
+    bad = statuses != Status.OK
+    if not bad.any():
+        return
+    details = []
+    for bit, text in _STATUS_TEXT.items():
+        count = int(np.sum((statuses & bit) != 0))
+        if count:
+            details.append(f"{count} with {text}")
+    if bad.all():
+        msg = (
+            f"{what}: all {len(statuses)} runs degenerated ({'; '.join(details)}); the best "
+            "of them is kept but is not a proper fit. Try shared_kappa=True, a smaller beta, "
+            "fewer components or more restarts (n_init)."
+        )
+    else:
+        msg = (
+            f"{what}: {int(bad.sum())} of {len(statuses)} runs degenerated and were "
+            f"discarded ({'; '.join(details)})."
+        )
+    warnings.warn(msg, DegenerateRunWarning, stacklevel=stacklevel)
 
 
 # --------------------------------------------------------------------------------------------
-# Estimator base class
+# The mixture estimator base
 # --------------------------------------------------------------------------------------------
 
 
@@ -985,28 +1007,37 @@ def _weighted_log_prob(data, log_weights, mu, kappa):
     return log_likelihood_matrix(data, mu, kappa, log_c) + log_weights
 
 
-class BaseVMFMixture:
+#: ``n_components``, ``n_init``: an int >= 1
+_POSITIVE_INT = [pv.Interval(numbers.Integral, 1, None, closed="left")]
+
+
+class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
     """Base class of the vMF mixture estimators (scikit-learn mixture conventions).
 
-    Subclasses store their keyword arguments unchanged in ``__init__``, extend
-    ``_parameter_constraints`` and implement ``_fit(data, rng_key)`` (which sets the fitted
-    attributes ``weights_``, ``mean_directions_``, ``concentrations_``, ``n_iter_``,
-    ``converged_``, ``lower_bound_``) and ``_n_parameters()``. The base class gives ``fit``,
-    ``fit_predict``, ``predict``, ``predict_proba``, ``score_samples``, ``score``, ``sample``,
-    ``bic``, ``aic``, ``get_params``/``set_params`` and persistence hooks for
-    :func:`bayesvmf.save`. Models whose predictive density is not a plain vMF mixture
-    (Bayesian posteriors) override ``_estimate_weighted_log_prob``.
+    A :class:`~bayesvmf._base.BaseVMFEstimator` (parameters, tags, input, seeds) with
+    scikit-learn's :class:`~sklearn.base.DensityMixin` and
+    :class:`~sklearn.base.ClusterMixin`: a density estimator (its tags say so) whose
+    ``fit_predict`` gives clusters. Subclasses store their keyword arguments unchanged in
+    ``__init__``, extend ``_parameter_constraints`` and implement ``_fit(data, rng_key)``
+    (which sets the fitted attributes ``weights_``, ``mean_directions_``,
+    ``concentrations_``, ``n_iter_``, ``converged_``, ``lower_bound_``) and
+    ``_n_parameters()``. The base class gives ``fit``, ``fit_predict``, ``predict``,
+    ``predict_proba``, ``score_samples``, ``score``, ``sample``, ``bic``, ``aic`` and
+    persistence hooks for :func:`bayesvmf.save`. Models whose predictive density is not a
+    plain vMF mixture (Bayesian posteriors) override ``_estimate_weighted_log_prob``.
     """
 
     _parameter_constraints: dict[str, Any] = {
-        "n_components": Interval(int, 1, None),
-        "n_init": Interval(int, 1, None),
-        "max_iter": Interval(int, 0, None),
-        "tol": Interval(float, 0.0, None),
-        "normalize": Boolean(),
-        "random_state": RandomState(),
-        "verbose": Boolean(),
+        "n_components": _POSITIVE_INT,
+        "n_init": _POSITIVE_INT,
+        "max_iter": [pv.Interval(numbers.Integral, 0, None, closed="left")],
+        "tol": [pv.Interval(numbers.Real, 0.0, None, closed="left")],
+        "normalize": ["boolean"],
+        "random_state": RANDOM_STATE,
+        "verbose": ["verbose"],
     }
+
+    _fitted_check = ("mean_directions_",)
 
     #: names of the fitted attributes that :func:`bayesvmf.save` stores
     _fitted_attributes: tuple[str, ...] = (
@@ -1019,70 +1050,24 @@ class BaseVMFMixture:
         "n_features_in_",
     )
 
-    # ---- parameters -------------------------------------------------------------------------
-
-    @classmethod
-    def _get_param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [
-            p.name for p in sig.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD
-        ]
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Return the constructor arguments as a dict (scikit-learn convention)."""
-        return {name: getattr(self, name) for name in self._get_param_names()}
-
-    def set_params(self, **params) -> BaseVMFMixture:
-        """Set constructor arguments (validated at the next ``fit``); return ``self``."""
-        return set_params(self, self._get_param_names(), params)
-
-    def _validate_params(self) -> None:
-        """Check every constructor argument against ``_parameter_constraints``."""
-        for name, constraint in self._parameter_constraints.items():
-            value = getattr(self, name)
-            if not constraint.check(value):
-                raise ValueError(
-                    f"{type(self).__name__}: parameter {name!r} must be "
-                    f"{constraint.describe()}; got {value!r}."
-                )
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({args})"
-
     # ---- input ------------------------------------------------------------------------------
 
     def _check_input(self, X, *, reset: bool):
-        """Validate X with :func:`bayesvmf.data.check_directional`; check n_features."""
-        from bayesvmf import data as _data
+        """Validate X (:meth:`~bayesvmf._base.BaseVMFEstimator._validate_directions`).
 
-        Xc = _data.check_directional(
+        In ``fit`` (``reset``) X needs ``n_components`` rows. A normalised float64 CSR
+        corpus is used in place, read-only (``copy=False``).
+        """
+        return self._validate_directions(
             X,
-            normalize=self.normalize,
-            name="X",
+            reset=reset,
             min_rows=self.n_components if reset else 1,
             min_rows_name="n_components" if reset else None,
-            copy=False,  # a normalised float64 CSR corpus is used in place, read-only
+            copy=False,
         )
-        n_features = Xc.shape[1]
-        if reset:
-            self.n_features_in_ = n_features
-        elif n_features != self.n_features_in_:
-            raise ValueError(
-                f"X has {n_features} features, but {type(self).__name__} was fitted with "
-                f"{self.n_features_in_} features."
-            )
-        return Xc
 
     def _product_dtype(self):
         return jnp.float32 if getattr(self, "dtype", "float64") == "mixed" else jnp.float64
-
-    def _check_is_fitted(self) -> None:
-        if not hasattr(self, "mean_directions_"):
-            raise NotFittedError(
-                f"This {type(self).__name__} instance is not fitted yet; call 'fit' with "
-                "appropriate arguments before using this method."
-            )
 
     # ---- fitting template -------------------------------------------------------------------
 
@@ -1104,8 +1089,10 @@ class BaseVMFMixture:
         Returns
         -------
         self
+            With ``labels_``, the component of each training row (scikit-learn's
+            :class:`~sklearn.base.ClusterMixin` convention), besides the fitted parameters.
         """
-        self.fit_predict(X)
+        self.labels_ = self.fit_predict(X)
         return self
 
     def fit_predict(self, X, y=None) -> np.ndarray:
@@ -1127,7 +1114,7 @@ class BaseVMFMixture:
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
             data = to_device(Xc, self._product_dtype())
-            self._fit(data, make_key(self.random_state))
+            self._fit(data, self._make_key())
             wlp = self._estimate_weighted_log_prob(data)
             return np.asarray(jnp.argmax(wlp, axis=1))
 
@@ -1249,8 +1236,9 @@ class BaseVMFMixture:
         Parameters
         ----------
         n_samples : int, default 1
-        random_state : None, int or jax key, default None
-            Seed of the draw (``None``: a fresh seed).
+        random_state : None, int, numpy RandomState or Generator, or jax key, default None
+            Seed of the draw; None uses the estimator's ``random_state`` (so, seeded with an
+            int, ``sample(n)`` gives the same draws every time; with None, fresh ones).
 
         Returns
         -------
@@ -1260,15 +1248,14 @@ class BaseVMFMixture:
             The component of each draw.
         """
         self._check_is_fitted()
-        if not Interval(int, 1, None).check(n_samples):
-            raise ValueError(f"n_samples must be an int >= 1; got {n_samples!r}.")
+        n_samples = check_count(n_samples, "n_samples")
         from bayesvmf.distribution import VonMisesFisher
 
         with jax.enable_x64(True):
-            key_labels, key_draw = jax.random.split(make_key(random_state))
+            key_labels, key_draw = jax.random.split(self._make_key(random_state))
             weights = np.asarray(self.weights_, np.float64)
             log_w = jnp.log(jnp.asarray(weights / weights.sum(), jnp.float64))
-            labels = jax.random.categorical(key_labels, log_w, shape=(int(n_samples),))
+            labels = jax.random.categorical(key_labels, log_w, shape=(n_samples,))
             # one batched draw (batch shape (n_samples,)), so the sampler compiles once per
             # n_samples instead of once per component count
             dist = VonMisesFisher(
@@ -1300,28 +1287,3 @@ class BaseVMFMixture:
             if name not in self._fitted_attributes:
                 raise ValueError(f"unexpected fitted attribute {name!r}")
             setattr(self, name, value)
-
-
-def warn_degenerate(statuses: np.ndarray, what: str, stacklevel: int = 3) -> None:
-    """Warn once about the degenerate runs in ``statuses`` (one status per run)."""
-    statuses = np.asarray(statuses)
-    bad = statuses != Status.OK
-    if not bad.any():
-        return
-    details = []
-    for bit, text in _STATUS_TEXT.items():
-        count = int(np.sum((statuses & bit) != 0))
-        if count:
-            details.append(f"{count} with {text}")
-    if bad.all():
-        msg = (
-            f"{what}: all {len(statuses)} runs degenerated ({'; '.join(details)}); the best "
-            "of them is kept but is not a proper fit. Try shared_kappa=True, a smaller beta, "
-            "fewer components or more restarts (n_init)."
-        )
-    else:
-        msg = (
-            f"{what}: {int(bad.sum())} of {len(statuses)} runs degenerated and were "
-            f"discarded ({'; '.join(details)})."
-        )
-    warnings.warn(msg, DegenerateRunWarning, stacklevel=stacklevel)

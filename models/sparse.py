@@ -37,14 +37,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 import warnings
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
 from bayesvmf import _mixture, _parallel, criteria
+from bayesvmf._base import check_count
 from bayesvmf._mixture import Status
 
 __all__ = [
@@ -433,22 +436,6 @@ def _check_init_labels(init, n_samples: int, n_components: int) -> np.ndarray:
     return labels.astype(np.int64)
 
 
-class _InitOption(NamedTuple):
-    """``init``: one of the seeding methods, or a 1-D array of integer labels."""
-
-    values: tuple
-
-    def check(self, value) -> bool:
-        """Return whether ``value`` names a method or is an array (checked in ``fit``)."""
-        if isinstance(value, str):
-            return value in self.values
-        return isinstance(value, list | tuple | np.ndarray | jax.Array)
-
-    def describe(self) -> str:
-        """Describe the constraint in words (label arrays are described when checked)."""
-        return "one of " + ", ".join(repr(v) for v in self.values)
-
-
 def fresh_state(log_weights, mu, kappa, status=None) -> EMState:
     """Build an :class:`EMState` with no iteration done (batch axis first; warm starts)."""
     log_weights = jnp.asarray(log_weights, jnp.float64)
@@ -666,6 +653,13 @@ def _take(state: EMState, i: int) -> EMState:
 
 # ---- the estimator --------------------------------------------------------------------------
 
+#: Constraints of the arguments of :meth:`SparseVMFMixture.path`.
+_PATH_CONSTRAINTS = {
+    "max_steps": [Interval(numbers.Integral, 1, None, closed="left"), None],
+    "min_rel_increase": [Interval(numbers.Real, 0.0, None, closed="left")],
+    "eps": [Interval(numbers.Real, 0.0, None, closed="left")],
+}
+
 
 class SparseVMFMixture(_mixture.BaseVMFMixture):
     """l1-penalised (sparse) mixture of von Mises-Fisher distributions (Rossi & Barbaro).
@@ -676,7 +670,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
 
     Parameters
     ----------
-    n_components : int
+    n_components : int, default 1
         K.
     beta : float, default 0.0
         The l1 penalty beta >= 0 of eq. (11).
@@ -708,9 +702,13 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
     dtype : {"float64", "mixed"}, default "float64"
         "mixed" runs the two data products in float32 (DESIGN.md section 5), everything else
         in float64.
-    random_state : None, int or jax key, default None
-    verbose : bool, default False
-        Show a progress bar.
+    random_state : None, int, numpy RandomState or Generator, or jax key, default None
+        Seed of the restarts' initialisations: an int (reproducible), a NumPy
+        ``RandomState`` / ``Generator`` (a seed is drawn from it at each fit), a JAX key,
+        or None (a fresh seed). ``sample`` uses it too when called without one.
+    verbose : int, default 0
+        scikit-learn's verbosity level: 0 is silent, 1 or more shows a progress bar of the
+        EM iterations (and of :meth:`path`).
     devices : None, int or list of jax devices, default None
         Data-parallel fits (DESIGN.md section 6): the rows of X are split into one equal
         block per device (``jax.sharding``; padding rows carry weight 0), every device
@@ -742,7 +740,11 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         :class:`bayesvmf._mixture.Status` of the kept run (0 = healthy).
     run_statuses_, run_lower_bounds_, run_n_iter_ : ndarray of shape (n_init,)
         Status, penalised bound and number of EM iterations of every restart.
+    labels_ : ndarray of shape (n_samples,)
+        After :meth:`fit`: the component of each training row (``fit_predict``'s result).
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        The column names of a DataFrame X given to ``fit`` (only then).
     n_samples_seen_, n_steps_ : int
         After :meth:`partial_fit`: rows received and online steps done after the first call.
         There, ``n_iter_`` counts the EM iterations of the first call plus one per call,
@@ -777,14 +779,16 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
 
     _parameter_constraints = {
         **_mixture.BaseVMFMixture._parameter_constraints,
-        "beta": _mixture.Interval(float, 0.0, None),
-        "shared_kappa": _mixture.Boolean(),
-        "init": _InitOption(tuple(_mixture.INIT_METHODS)),
-        "kappa_max": _mixture.Interval(float, 0.0, None, low_open=True),
-        "dtype": _mixture.Options(("float64", "mixed")),
+        "beta": [Interval(numbers.Real, 0.0, None, closed="left")],
+        "shared_kappa": ["boolean"],
+        # a seeding method, or labels (checked against the data in fit)
+        "init": [StrOptions(set(_mixture.INIT_METHODS)), "array-like"],
+        "kappa_max": [Interval(numbers.Real, 0.0, None, closed="neither")],
+        "dtype": [StrOptions({"float64", "mixed"})],
+        # the former check/describe protocol, until bayesvmf._parallel migrates it
         "devices": _parallel.DevicesOption(),
-        "learning_decay": _mixture.Interval(float, 0.5, 1.0, low_open=True),
-        "learning_offset": _mixture.Interval(float, 0.0, None),
+        "learning_decay": [Interval(numbers.Real, 0.5, 1.0, closed="right")],
+        "learning_offset": [Interval(numbers.Real, 0.0, None, closed="left")],
     }
 
     _fitted_attributes = _mixture.BaseVMFMixture._fitted_attributes + (
@@ -798,7 +802,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
 
     def __init__(
         self,
-        n_components: int,
+        n_components: int = 1,
         *,
         beta: float = 0.0,
         shared_kappa: bool = False,
@@ -810,7 +814,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         normalize: bool = True,
         dtype: str = "float64",
         random_state=None,
-        verbose: bool = False,
+        verbose: int = 0,
         devices=None,
         learning_decay: float = 0.7,
         learning_offset: float = 1.0,
@@ -832,13 +836,6 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         self.learning_offset = learning_offset
 
     # ---- fitting ------------------------------------------------------------------------
-
-    def _progress(self, total, desc):
-        if not self.verbose:
-            return None
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=desc, leave=False)
 
     def _run(self, state, data, beta, progress=None) -> EMState:
         return run_em(
@@ -919,7 +916,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             # the device (segment_sum kernel, devices=) goes before EM (the "scipy" kernel's
             # one host block may be Xc itself, kept by `data`)
             del Xc
-            self._fit(data, _mixture.make_key(self.random_state))
+            self._fit(data, self._make_key())
             if self.devices is None:
                 return np.asarray(jnp.argmax(self._estimate_weighted_log_prob(data), axis=1))
             run = self._best_state
@@ -969,8 +966,9 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         first = online is None
         if first:
             self._validate_params()
-        if n_samples is not None and not _mixture.Interval(int, 1, None).check(n_samples):
-            raise ValueError(f"n_samples must be None or an int >= 1; got {n_samples!r}.")
+            # the clusters of an earlier fit's rows do not describe the streamed model
+            self.__dict__.pop("labels_", None)
+        n_samples = check_count(n_samples, "n_samples", allow_none=True)
         Xc = self._check_input(X, reset=first)
         n_seen = (0 if first else self.n_samples_seen_) + Xc.shape[0]
         weight_rows = n_seen if n_samples is None else n_samples
@@ -979,7 +977,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             if first:
                 # the chunk's rows stand for weight_rows rows: scale the penalty accordingly
                 chunk_beta = self.beta * Xc.shape[0] / weight_rows
-                self._fit(data, _mixture.make_key(self.random_state), beta=chunk_beta)
+                self._fit(data, self._make_key(), beta=chunk_beta)
                 run = self._best_state
                 k, d = run.mu.shape[1:]
                 online = _OnlineState(
@@ -1135,12 +1133,11 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         -------
         SparsePath
         """
-        if max_steps is not None and not _mixture.Interval(int, 1, None).check(max_steps):
-            raise ValueError(f"max_steps must be None or an int >= 1; got {max_steps!r}.")
-        if not _mixture.Interval(float, 0.0, None).check(min_rel_increase):
-            raise ValueError(f"min_rel_increase must be a number >= 0; got {min_rel_increase!r}.")
-        if not _mixture.Interval(float, 0.0, None).check(eps):
-            raise ValueError(f"eps must be a number >= 0; got {eps!r}.")
+        validate_parameter_constraints(
+            _PATH_CONSTRAINTS,
+            {"max_steps": max_steps, "min_rel_increase": min_rel_increase, "eps": eps},
+            caller_name=f"{type(self).__name__}.path",
+        )
         dense = type(self)(**{**self.get_params(), "beta": 0.0})
         dense._validate_params()
         Xc = dense._check_input(X, reset=True)
@@ -1150,7 +1147,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             data = _mixture.to_device(Xc, dense._product_dtype())
             del Xc  # the device copy serves the whole path
             n, d = data.shape
-            dense._fit(data, _mixture.make_key(self.random_state))
+            dense._fit(data, self._make_key())
             state = dense._best_state
             beta = 0.0
             records.append(self._record(state, beta))

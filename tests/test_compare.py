@@ -226,7 +226,7 @@ def test_sparse_starts_from_the_given_partition(blobs):
         (np.full(100, 3), r"init labels must be in \[0, n_components=3\); row 0 has label 3"),
         (np.r_[np.zeros(50, int), np.ones(50, int)], "init labels leave component 2 empty"),
         (np.zeros(100), "init labels must be integers, got an array of dtype float64"),
-        ("kmeans", "parameter 'init' must be one of 'random', 'spherical-kmeans"),
+        ("kmeans", "The 'init' parameter of SparseVMFMixture must be a str among"),
     ],
 )
 def test_sparse_bad_init_labels(blobs, init, message):

@@ -308,18 +308,20 @@ def _bad(rng):
         (
             lambda X: X,
             {"beta": -1.0},
-            "SparseVMFMixture: parameter 'beta' must be a finite number >= 0; got -1.0.",
+            "The 'beta' parameter of SparseVMFMixture must be a float in the range [0.0, inf). "
+            "Got -1.0 instead.",
         ),
         (
             lambda X: X,
             {"n_components": 0},
-            "SparseVMFMixture: parameter 'n_components' must be an int >= 1; got 0.",
+            "The 'n_components' parameter of SparseVMFMixture must be an int in the range "
+            "[1, inf). Got 0 instead.",
         ),
         (
             lambda X: X,
             {"init": "kmeans"},
-            "SparseVMFMixture: parameter 'init' must be one of 'random', "
-            "'spherical-kmeans++', 'greedy-spherical-kmeans++'; got 'kmeans'.",
+            # (scikit-learn lists the options of a set in hash order: checked up to them)
+            "The 'init' parameter of SparseVMFMixture must be a str among {",
         ),
     ],
 )
@@ -347,7 +349,7 @@ def test_unfitted_and_wrong_features(small, fitted):
         SparseVMFMixture(2).predict(X)
     with pytest.raises(
         ValueError,
-        match=re.escape("X has 2 features, but SparseVMFMixture was fitted with 5 features."),
+        match=re.escape("X has 2 features, but SparseVMFMixture is expecting 5 features as input."),
     ):
         fitted.predict(X[:, :2])
 

@@ -159,11 +159,15 @@ def test_streaming_argument_errors(corpus, fits):
         fit_streaming(SparseVMFMixture(K), [])
     with pytest.raises(ValueError, match="n_samples must be None or an int >= 1; got 0"):
         stream.partial_fit(X[:10], n_samples=0)
-    with pytest.raises(ValueError, match="X has 3 features, but SparseVMFMixture was fitted"):
+    with pytest.raises(ValueError, match="X has 3 features, but SparseVMFMixture is expecting"):
         stream.partial_fit(np.ones((4, 3)))
     with pytest.raises(ValueError, match="init as an array of labels cannot be combined"):
         SparseVMFMixture(2, init=np.array([0, 1, 0, 1])).partial_fit(np.eye(4))
-    with pytest.raises(ValueError, match="learning_decay' must be a finite number > 0.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'learning_decay' parameter of SparseVMFMixture must be a float in the range "
+        r"\(0\.5, 1\.0\]\. Got 0\.5 instead\.",
+    ):
         SparseVMFMixture(2, learning_decay=0.5).partial_fit(np.eye(4))
 
 
