@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _mixture, _parallel, special
-from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, check_count, make_key
+from bayesvmf._base import RANDOM_STATE, check_count, make_key
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
@@ -276,9 +276,6 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         self.random_state = random_state
         self.progress_bar = progress_bar
         self.devices = devices
-
-    def _validate_params(self) -> None:
-        BaseVMFEstimator._validate_params(self)
 
     def get_params(self, deep: bool = True) -> dict:
         """Return the constructor arguments; array-valued ``init``/``mu0`` as lists (saveable)."""

@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval
 
 from bayesvmf import _mixture, _parallel
-from bayesvmf._base import BaseVMFEstimator, make_key
+from bayesvmf._base import make_key
 from bayesvmf.models.bayesian._hierarchical_vi import (
     HState,
     _crisp,
@@ -214,30 +214,12 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         self.progress_bar = progress_bar
         self.devices = devices
 
-    def fit(self, X, y=None) -> HierarchicalVMFMixture:
-        """Estimate the variational posterior (without the final prediction of fit_predict).
-
-        Parameters
-        ----------
-        X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        y : ignored
-
-        Returns
-        -------
-        self
-        """
-        self._validate_params()
-        devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
-        Xc = self._check_input(X, reset=True)
-        with jax.enable_x64(True):
-            self._fit(fit_data(Xc, devices), make_key(self.random_state), host=Xc)
-        return self
-
     def fit_predict(self, X, y=None) -> np.ndarray:
         """Fit the model and return the most probable leaf of each row (``fit(X).predict(X)``).
 
         With ``devices`` the rows are sharded over the devices for the fit and this final
-        assignment (see the class docstring).
+        assignment (see the class docstring). ``fit`` calls it and keeps the result in
+        ``labels_``.
 
         Parameters
         ----------
@@ -248,14 +230,14 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         -------
         labels : ndarray of shape (n_samples,)
         """
-        if self.devices is None:
-            return super().fit_predict(X)
         self._validate_params()
         devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
             data = fit_data(Xc, devices)
             self._fit(data, make_key(self.random_state), host=Xc)
+            if devices is None:
+                return np.asarray(jnp.argmax(self._estimate_weighted_log_prob(data), axis=1))
             rows = _parallel.map_rows(_leaf_log_predictive_rows, self._predictive_params(), data)
             return np.argmax(rows, axis=1)
 
@@ -290,29 +272,17 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         return int(leaves_of(self._tree_parents()).size)
 
     def _check_input(self, X, *, reset: bool):
-        """Check X; a fit needs as many rows as leaves (``n_components`` may be None)."""
-        from bayesvmf import data as _data
-
-        n_min = self._n_leaves() if reset else 1
-        Xc = _data.check_directional(
+        """Check X as the base does; a fit needs a row per leaf (``n_components`` may be None)."""
+        return self._validate_directions(
             X,
-            normalize=self.normalize,
-            name="X",
-            min_rows=n_min,
+            reset=reset,
+            min_rows=self._n_leaves() if reset else 1,
             min_rows_name="n_components" if reset else None,
             copy=False,
         )
-        if reset:
-            self.n_features_in_ = Xc.shape[1]
-        elif Xc.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {Xc.shape[1]} features, but {type(self).__name__} was fitted with "
-                f"{self.n_features_in_} features."
-            )
-        return Xc
 
     def _validate_params(self) -> None:
-        BaseVMFEstimator._validate_params(self)
+        super()._validate_params()
         self._tree_parents()
         check_direction(self.mu0)
 

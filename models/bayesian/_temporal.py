@@ -20,7 +20,7 @@ from jax.scipy.special import logsumexp
 from sklearn.utils._param_validation import Interval
 
 from bayesvmf import _mixture, _parallel
-from bayesvmf._base import BaseVMFEstimator, make_key
+from bayesvmf._base import make_key
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as _s
 from bayesvmf.models.bayesian._temporal_vi import (
@@ -230,7 +230,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         self.devices = devices
 
     def _validate_params(self) -> None:
-        BaseVMFEstimator._validate_params(self)
+        super()._validate_params()
         _s.check_direction(self.mu0)
 
     def _n_parameters(self) -> int:
@@ -258,8 +258,10 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         Returns
         -------
         self
+            With ``labels_``, the cluster of each training row at its time (scikit-learn's
+            :class:`~sklearn.base.ClusterMixin` convention).
         """
-        self._fit_rows(X, y, times)
+        self.labels_ = self.fit_predict(X, y, times=times)
         return self
 
     def fit_predict(self, X, y=None, *, times=None) -> np.ndarray:
