@@ -77,6 +77,11 @@ def test_check_times_errors():
         check_times([0, 1, -3], 3)
     with pytest.raises(ValueError, match=r"must be 1-D; got shape \(2, 1\)"):
         check_times(np.zeros((2, 1), int), 2)
+    assert check_times(np.array([1, 0], dtype=object), 2).tolist() == [1, 0]
+    with pytest.raises(TypeError, match="integer time indices; got dtype object"):
+        check_times(np.array([1, "a"], dtype=object), 2)
+    with pytest.raises(TypeError, match="integer time indices; got dtype object"):
+        check_times(np.array([1, True], dtype=object), 2)
     original = np.array([2, 0, 1], dtype=np.int32)
     out = check_times(original, 3)
     out[0] = 7

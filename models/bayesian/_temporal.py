@@ -54,8 +54,9 @@ def check_times(times, n_samples: int, *, name: str = "times") -> np.ndarray:
     Raises
     ------
     TypeError
-        If ``times`` is not of integer dtype (floats are refused, even integral ones, so
-        that a column of real timestamps is not silently truncated).
+        If ``times`` is not of integer dtype, or an object array of Python ints (floats are
+        refused, even integral ones, so that a column of real timestamps is not silently
+        truncated).
     ValueError
         If it is not 1-D of length ``n_samples`` or has a negative entry (the message
         names the first offending row).
@@ -70,6 +71,11 @@ def check_times(times, n_samples: int, *, name: str = "times") -> np.ndarray:
     ValueError: times[1] = -1 is negative; time indices start at 0.
     """
     arr = np.asarray(times)
+    if arr.dtype == object and all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in arr.ravel()
+    ):
+        # Python ints in an object array (a pandas object column, scikit-learn's checks)
+        arr = arr.astype(np.int64)
     if arr.dtype == object or arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an array of integer time indices; got dtype {arr.dtype}.")
     if arr.ndim != 1:
