@@ -1113,10 +1113,21 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         self._validate_params()
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
-            data = to_device(Xc, self._product_dtype())
+            data = self._training_data(Xc)
+            # `data` serves the whole fit: drop this name now, so that a copy made only for
+            # the device goes before the fit (the "scipy" kernel's one host block may be Xc
+            # itself, kept by `data`)
+            del Xc
             self._fit(data, self._make_key())
-            wlp = self._estimate_weighted_log_prob(data)
-            return np.asarray(jnp.argmax(wlp, axis=1))
+            return self._training_labels(data)
+
+    def _training_data(self, Xc):
+        """Return the checked training data on the device (subclasses shard it)."""
+        return to_device(Xc, self._product_dtype())
+
+    def _training_labels(self, data) -> np.ndarray:
+        """Return the component of each training row at the fitted parameters."""
+        return np.asarray(jnp.argmax(self._estimate_weighted_log_prob(data), axis=1))
 
     # ---- prediction -------------------------------------------------------------------------
 

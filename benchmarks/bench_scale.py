@@ -105,15 +105,15 @@ def bench_kmeans(Xn, y, out):
                 model = SparseVMFMixture(
                     K, n_init=N_INIT, max_iter=100, dtype=dtype, init=init, random_state=seed
                 )
-                saved = S.COMPACT_MIN_WORK
-                S.COMPACT_MIN_WORK = saved if compact else np.inf
+                saved = S._em.COMPACT_MIN_WORK
+                S._em.COMPACT_MIN_WORK = saved if compact else np.inf
                 t = time.perf_counter()
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", ConvergenceWarning)
                         labels = model.fit_predict(Xn)
                 finally:
-                    S.COMPACT_MIN_WORK = saved
+                    S._em.COMPACT_MIN_WORK = saved
                 runs = [int(i) for i in model.run_n_iter_]
                 rows.append(
                     dict(
