@@ -426,34 +426,26 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                 progress.close()
         self._set_from_batch(state, history, data, key_draws)
 
-    def fit_predict(self, X, y=None) -> np.ndarray:
-        """Fit the model and return the cluster of each row (the largest lambda_ik).
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        # devices= with Gibbs sampling or an init label array is refused here, before
+        # anything of the fitted model changes
+        self._check_devices()
+
+    def _training_data(self, Xc):
+        """Return the training data: plain, or one row block per device (``devices``).
 
         With ``devices`` the rows are sharded over the devices for the whole fit and the
-        final assignment (see the class docstring). Forgets any earlier :meth:`partial_fit`
-        state.
-
-        Parameters
-        ----------
-        X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        y : ignored
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
+        final assignment of ``fit_predict`` (see the class docstring).
         """
-        if self.devices is None:
-            return super().fit_predict(X)
-        self._validate_params()
-        devices = self._check_devices()  # before anything of the fitted model changes
-        Xc = self._check_input(X, reset=True)
-        with jax.enable_x64(True):
-            data = fit_data(Xc, devices)
-            # the device copy serves the whole fit: release the host copy now
-            del Xc
-            self._fit(data, make_key(self.random_state))
-            logits = _parallel.map_rows(_log_resp_rows, self._log_resp_params(), data)
-            return np.argmax(logits, axis=1)
+        return fit_data(Xc, _parallel.resolve_devices(self.devices))
+
+    def _training_labels(self, data) -> np.ndarray:
+        """Return the largest lambda_ik of each training row (each device its rows)."""
+        if not isinstance(data, _parallel.RowBlocks):
+            return super()._training_labels(data)
+        logits = _parallel.map_rows(_log_resp_rows, self._log_resp_params(), data)
+        return np.argmax(logits, axis=1)
 
     def _check_devices(self) -> list | None:
         """Resolve ``devices``; refuse it with Gibbs sampling or an ``init`` label array."""
