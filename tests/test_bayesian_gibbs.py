@@ -1,4 +1,4 @@
-"""Tests of models/bayesian/_gibbs.py (collapsed Gibbs of B-vMFmix) and _numpyro.py.
+"""Tests of models/bayesian/_gibbs*.py (collapsed Gibbs of B-vMFmix) and _numpyro.py.
 
 Shapes are shared: one problem (n = 120, d = 4, K = 2) serves the fit, the sparse run, the
 statistics checks, the block-sweep reference and the NUTS comparison; the enumeration test
@@ -20,6 +20,7 @@ from scipy.stats import chisquare, lognorm
 from bayesvmf import make_vmf_mixture
 from bayesvmf._mixture import TRACE_COUNTS, to_device
 from bayesvmf.models.bayesian import _gibbs as gb
+from bayesvmf.models.bayesian import _gibbs_kernel as gk
 from bayesvmf.models.bayesian._kappa import Priors
 from bayesvmf.models.bayesian._numpyro import bayesian_vmf_model
 
@@ -55,7 +56,7 @@ def runs(problem):
 
     300 sweeps each: 6 chunks of 50, so the chunk program is traced once per data kind.
     """
-    hyper = gb.hyper_from_priors(problem.priors)
+    hyper = gk.hyper_from_priors(problem.priors)
     out = {}
     with jax.enable_x64(True):
         for name, X in (("dense", problem.X), ("sparse", sp.csr_matrix(problem.X))):
@@ -131,7 +132,7 @@ def test_label_sweep_matches_exact_enumeration():
     num_chains, num_sweeps = 4000, 25
     with jax.enable_x64(True):
         data = to_device(X)
-        hyper = gb.hyper_from_priors(Priors(alpha, mu0, C0, 0.0, 1.0))
+        hyper = gk.hyper_from_priors(Priors(alpha, mu0, C0, 0.0, 1.0))
         x_mu0 = jnp.asarray(X @ mu0)
 
         @jax.jit
@@ -139,10 +140,10 @@ def test_label_sweep_matches_exact_enumeration():
             def chain(key):
                 key_init, key_run = jax.random.split(key)
                 z = jax.random.randint(key_init, (5,), 0, K)
-                state = gb.init_state(data, z, jnp.asarray(kappa), hyper.mu0, K)
+                state = gk.init_state(data, z, jnp.asarray(kappa), hyper.mu0, K)
 
                 def sweep(state, key):
-                    return gb.gibbs_z_sweep(key, state, data, hyper, x_mu0, 1), None
+                    return gk.gibbs_z_sweep(key, state, data, hyper, x_mu0, 1), None
 
                 state, _ = jax.lax.scan(sweep, state, jax.random.split(key_run, num_sweeps))
                 return state.z
@@ -179,11 +180,11 @@ def test_block_sweep_equals_sequential_reference(problem):
     kappa = np.array([2.0, 3.5])
     with jax.enable_x64(True):
         data = to_device(X)
-        hyper = gb.hyper_from_priors(pr)
-        state = gb.init_state(data, jnp.asarray(z0), jnp.asarray(kappa), hyper.mu0, K)
+        hyper = gk.hyper_from_priors(pr)
+        state = gk.init_state(data, jnp.asarray(z0), jnp.asarray(kappa), hyper.mu0, K)
         key = jax.random.key(5)
         sweep = jax.jit(
-            lambda k, s: gb.gibbs_z_sweep(k, s, data, hyper, jnp.asarray(X @ pr.mu0), 1)
+            lambda k, s: gk.gibbs_z_sweep(k, s, data, hyper, jnp.asarray(X @ pr.mu0), 1)
         )
         z = np.asarray(sweep(key, state).z)
         uniforms = np.asarray(jax.random.uniform(key, (N,), jnp.float64))
@@ -242,7 +243,7 @@ def test_incremental_statistics_equal_recomputed(runs, problem, kind):
     data, result, _ = runs[kind]
     state = result.state
     for c in range(2):
-        counts, resultant, resultant_sq, resultant_mu0 = gb.sufficient_statistics(
+        counts, resultant, resultant_sq, resultant_mu0 = gk.sufficient_statistics(
             data, state.z[c], jnp.asarray(problem.priors.mu0), K
         )
         np.testing.assert_array_equal(state.counts[c], counts)

@@ -14,7 +14,8 @@ from scipy.special import ive, logsumexp
 from bayesvmf import _mixture, load, save
 from bayesvmf.metrics import adjusted_rand as adjusted_rand_score
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
-from bayesvmf.models.bayesian import _hierarchical as H
+from bayesvmf.models.bayesian import _hierarchical_vi as H
+from bayesvmf.models.bayesian import _kappa, _shared, _tree
 from bayesvmf.models.bayesian._hierarchical import (
     HierarchicalVMFMixture,
     balanced_tree,
@@ -102,7 +103,10 @@ def test_estimator_rejects_bad_tree(data):
         HierarchicalVMFMixture(np.array([-1, 2, 1])).fit(X)
     with pytest.raises(ValueError, match="kappa_update"):
         HierarchicalVMFMixture(TREE, kappa_update="grid").fit(X)
-    with pytest.raises(ValueError, match="'C0' must be a finite number > 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"'C0' parameter of HierarchicalVMFMixture must be a float in the range \(0.0, inf\)",
+    ):
         HierarchicalVMFMixture(TREE, C0=0.0).fit(X)
     with pytest.raises(ValueError, match=r"mu0 must have shape \(8,\)"):
         HierarchicalVMFMixture(TREE, mu0=np.ones(3), max_iter=1).fit(X)
@@ -113,7 +117,7 @@ def test_balanced_tree():
     assert parents.size == 1 + 4 + 20 and parents[0] == -1
     assert np.all(parents[1:5] == 0)
     assert np.all(parents[5:] == np.repeat(np.arange(1, 5), 5))
-    leaves = H.leaves_of(parents)
+    leaves = _tree.leaves_of(parents)
     assert leaves.tolist() == list(range(5, 25))
     assert np.all(parents[1:] < np.arange(1, 25))  # root first, parents before children
     assert balanced_tree(()).tolist() == [-1]
@@ -126,11 +130,11 @@ def test_balanced_tree():
 def test_paths_unbalanced_tree():
     # root 0 -> (1, 2); 1 -> (3, 4); 4 -> (5,): leaves 2, 3, 5
     parents = np.array([-1, 0, 0, 1, 1, 4])
-    assert H.leaves_of(parents).tolist() == [2, 3, 5]
-    paths = H.paths_to_leaves(parents, np.array([0, 1, 2, 0]))
+    assert _tree.leaves_of(parents).tolist() == [2, 3, 5]
+    paths = _tree.paths_to_leaves(parents, np.array([0, 1, 2, 0]))
     assert paths.tolist() == [[0, 2, -1, -1], [0, 1, 3, -1], [0, 1, 4, 5], [0, 2, -1, -1]]
     with pytest.raises(ValueError, match=r"labels\[1\] = 3 is not a leaf index in 0..2"):
-        H.paths_to_leaves(parents, np.array([0, 3]))
+        _tree.paths_to_leaves(parents, np.array([0, 3]))
 
 
 # ---- fitting ----------------------------------------------------------------------------------
@@ -161,11 +165,11 @@ def test_bound_monotone_bounding(bounding_fit):
 def _state_and_stats(model, X):
     """Rebuild the variational state of a fitted model and one q(z) update from it."""
     d = X.shape[1]
-    tree = H.make_tree(model.parents_)
+    tree = _tree.make_tree(model.parents_)
     psi = jnp.asarray(model.node_mean_directions_)
     gamma = jnp.asarray(model.node_mean_concentrations_)
     kappa = _kappa_moments(model, d)
-    priors = H._kappa.Priors(
+    priors = _kappa.Priors(
         jnp.float64(model.alpha_),
         jnp.asarray(model.mu0_),
         jnp.float64(model.C0_),
@@ -173,7 +177,12 @@ def _state_and_stats(model, X):
         jnp.float64(model.s2_),
     )
     state = H.HState(
-        psi, gamma, H.mean_direction(d, psi, gamma), jnp.asarray(model.dirichlet_), kappa, priors
+        psi,
+        gamma,
+        _shared.mean_direction(d, psi, gamma),
+        jnp.asarray(model.dirichlet_),
+        kappa,
+        priors,
     )
     stats = H.e_step(_mixture.to_device(X), tree, state)
     return tree, state, stats
@@ -182,7 +191,7 @@ def _state_and_stats(model, X):
 def _kappa_moments(model, d):
     a = jnp.asarray(model.node_log_kappa_mean_)
     b = jnp.asarray(model.node_log_kappa_var_)
-    return H._kappa.moments_from_state(jnp.stack([a, jnp.log(b)], axis=-1), "bounding", d=d)
+    return _kappa.moments_from_state(jnp.stack([a, jnp.log(b)], axis=-1), "bounding", d=d)
 
 
 def test_coordinate_updates_are_argmax(bounding_fit, data):
@@ -211,8 +220,8 @@ def test_coordinate_updates_are_argmax(bounding_fit, data):
         for node in np.flatnonzero(np.asarray(mask)):
             for _ in range(2):
                 R2 = R.at[node].add(1e-3 * float(s.gamma[node]) * rng.normal(size=X.shape[1]))
-                psi2, gamma2 = H.vmf_from_natural(R2, s.psi)
-                emu2 = H.mean_direction(X.shape[1], psi2, gamma2)
+                psi2, gamma2 = _shared.vmf_from_natural(R2, s.psi)
+                emu2 = _shared.mean_direction(X.shape[1], psi2, gamma2)
                 assert bound(s._replace(psi=psi2, gamma=gamma2, emu=emu2)) < base
     # empirical Bayes: alpha, m, s2 and mu0 each at their maximiser
     k = state.kappa
@@ -296,7 +305,7 @@ def test_predictive_matches_monte_carlo():
     gamma = np.array([8.0, 3.0])
     a, b = np.array([np.log(5.0), np.log(2.0)]), np.array([0.1, 0.3])
     x = np.array([[0.0, 0.0, 1.0], [0.6, 0.8, 0.0]])
-    predictive = jax.jit(H.predictive_log_density, static_argnums=0)
+    predictive = jax.jit(_shared.predictive_log_density, static_argnums=0)
     closed = np.asarray(predictive(d, jnp.asarray(x @ psi.T), jnp.asarray(gamma), a, b))
     for k in range(2):
         mu = _sample_vmf_s2(rng, psi[k], gamma[k], S)
@@ -354,3 +363,21 @@ def test_to_arviz(bounding_fit):
     assert post["weights"].dims == ("chain", "draw", "component")
     np.testing.assert_allclose(np.linalg.norm(post["mu"].values, axis=-1), 1.0, rtol=1e-10)
     assert idata.constant_data["leaf_node"].values.tolist() == [3, 4, 5, 6]
+
+
+@pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=3
+def test_n_components_is_a_parameter(data):
+    """Without ``parents``, n_components leaves under one root; a grid over it is a search."""
+    from sklearn.model_selection import GridSearchCV
+
+    X, _ = data
+    settings = dict(kappa_update="bounding", max_iter=3, random_state=0)
+    model = HierarchicalVMFMixture(n_components=3, **settings).fit(X)
+    assert model.parents_.tolist() == [-1, 0, 0, 0]
+    assert model.weights_.shape == (3,)
+    assert HierarchicalVMFMixture().set_params(n_components=2).n_components == 2
+    assert HierarchicalVMFMixture(TREE, n_components=4, **settings).fit(X).leaves_.size == 4
+    with pytest.raises(ValueError, match="n_components=3 but parents has 4 leaves"):
+        HierarchicalVMFMixture(TREE, n_components=3).fit(X)
+    search = GridSearchCV(HierarchicalVMFMixture(**settings), {"n_components": [2, 4]}, cv=2)
+    assert search.fit(X).best_params_["n_components"] in (2, 4)

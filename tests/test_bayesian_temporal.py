@@ -11,10 +11,11 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import _mixture, load, save
+from bayesvmf import _mixture, load, save, special
 from bayesvmf.models import SparseVMFMixture
-from bayesvmf.models.bayesian import _hierarchical as H
-from bayesvmf.models.bayesian import _temporal as T
+from bayesvmf.models.bayesian import _kappa
+from bayesvmf.models.bayesian import _shared as H
+from bayesvmf.models.bayesian import _temporal_vi as T
 from bayesvmf.models.bayesian._temporal import TemporalVMFMixture, check_times
 
 D, K, N_TIMES, PER_TIME = 8, 3, 6, 40
@@ -76,6 +77,11 @@ def test_check_times_errors():
         check_times([0, 1, -3], 3)
     with pytest.raises(ValueError, match=r"must be 1-D; got shape \(2, 1\)"):
         check_times(np.zeros((2, 1), int), 2)
+    assert check_times(np.array([1, 0], dtype=object), 2).tolist() == [1, 0]
+    with pytest.raises(TypeError, match="integer time indices; got dtype object"):
+        check_times(np.array([1, "a"], dtype=object), 2)
+    with pytest.raises(TypeError, match="integer time indices; got dtype object"):
+        check_times(np.array([1, True], dtype=object), 2)
     original = np.array([2, 0, 1], dtype=np.int32)
     out = check_times(original, 3)
     out[0] = 7
@@ -90,7 +96,10 @@ def test_estimator_validates_times(fitted, data):
         TemporalVMFMixture(K).fit(X, times.astype(float))
     with pytest.raises(ValueError, match=r"times\[0\] = -1 is negative"):
         fitted.score(X[:2], [-1, 0])
-    with pytest.raises(ValueError, match="'C0' must be a finite number > 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"'C0' parameter of TemporalVMFMixture must be a float in the range \(0.0, inf\)",
+    ):
         TemporalVMFMixture(K, C0=-1.0).fit(X, times)
 
 
@@ -173,8 +182,8 @@ def _state(model):
         gamma,
         H.mean_direction(D, psi, gamma),
         jnp.asarray(model.dirichlet_),
-        H._kappa.moments_from_state(kappa, "bounding", d=D),
-        H._kappa.Priors(
+        _kappa.moments_from_state(kappa, "bounding", d=D),
+        _kappa.Priors(
             jnp.float64(model.alpha_),
             jnp.asarray(model.mu0_),
             jnp.float64(model.C0_),
@@ -308,5 +317,32 @@ def test_sampling_scheme(data):
     labels = model.predict(X[train], times[train])
     cos = np.einsum("nd,nd->n", X[train], psi[times[train], labels])
     for k in range(K):
-        mle = float(H.special.kappa_from_rbar(D, cos[labels == k].mean()))
+        mle = float(special.kappa_from_rbar(D, cos[labels == k].mean()))
         assert abs(np.log(model.concentrations_[k] / mle)) < 0.2
+
+
+@pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=5
+def test_times_default(fitted, data):
+    """Without ``times``, a fit puts every row at time 0 and prediction is at the last step."""
+    X, times, _, _ = data
+    at_last = np.full(X.shape[0], fitted.n_times_ - 1)
+    np.testing.assert_array_equal(fitted.score_samples(X), fitted.score_samples(X, at_last))
+    np.testing.assert_array_equal(fitted.predict(X), fitted.predict(X, at_last))
+    X0 = X[times == 0]
+    settings = dict(kappa_update="bounding", max_iter=5, tol=0.0, random_state=0)
+    plain = TemporalVMFMixture(K, **settings).fit(X0)
+    zeros = TemporalVMFMixture(K, **settings).fit(X0, np.zeros(X0.shape[0], np.int64))
+    assert plain.n_times_ == 1
+    np.testing.assert_array_equal(plain.time_mean_directions_, zeros.time_mean_directions_)
+    np.testing.assert_array_equal(plain.lower_bounds_, zeros.lower_bounds_)
+
+
+def test_time_index_as_y_or_times(fitted, data):
+    """fit/score take the time index as y (scikit-learn's place) or by name, not both."""
+    X, times, _, _ = data
+    rows = times < 2
+    assert fitted.score(X[rows], times[rows]) == fitted.score(X[rows], times=times[rows])
+    with pytest.raises(ValueError, match="the time index was given twice, as y and as times"):
+        fitted.score(X[rows], times[rows], times=times[rows])
+    with pytest.raises(ValueError, match="the time index was given twice, as y and as times"):
+        TemporalVMFMixture(K).fit(X, times, times=times)

@@ -16,7 +16,11 @@ estimator                              model and inference
 The derivations the paper's missing supplement held are written out in ``docs/``
 (``bayesian_vi.md``, ``bayesian_gibbs.md``, ``bayesian_hierarchical_temporal.md``).
 The private modules: ``_kappa`` (the two kappa schemes shared by all three models),
-``_bvmf``, ``_gibbs``, ``_hierarchical``, ``_temporal``, ``_numpyro``.
+``_empirical_bayes`` (the empirical Bayes steps of all three), ``_bvmf_vi`` (the B-vMFmix
+bound and VI/SVI steps) and ``_bvmf`` (its estimator), ``_gibbs_kernel`` (the collapsed Gibbs
+sweeps) and ``_gibbs`` (the chain driver), ``_tree`` (parent arrays, top-down seeding),
+``_shared`` (what H- and T-vMFmix share: q(mu), rows over devices, the restart loop),
+``_hierarchical_vi`` and ``_hierarchical``, ``_temporal_vi`` and ``_temporal``, ``_numpyro``.
 """
 
 from bayesvmf.models.bayesian._bvmf import BayesianVMFMixture

@@ -1,37 +1,6 @@
-r"""B-vMFmix: the Bayesian vMF mixture of Gopal & Yang (sec. 3.1 of [1]_) by variational inference.
+"""The B-vMFmix estimator (sec. 3.1 of Gopal & Yang [1]_).
 
-Generative model (sec. 3.1 of [1]_)::
-
-    pi ~ Dir(alpha),  mu_k ~ vMF(mu0, C0),  kappa_k ~ LogNormal(m, s2),
-    z_i ~ Cat(pi),    x_i ~ vMF(mu_{z_i}, kappa_{z_i}).
-
-Mean-field variational inference (sec. 3.1.1): q(pi) = Dir(rho), q(mu_k) = vMF(psi_k,
-gamma_k), q(z_i) = Cat(lambda_i), and q(kappa_k) by one of the two schemes of
-:mod:`bayesvmf.models.bayesian._kappa` (MH draws from the conditional of eq. (1), or a
-log-normal fitted by maximising a lower bound built on eqs. (2)-(3)). Empirical Bayes
-(sec. 3.1.3) updates alpha, mu0, C0, m, s2 by the maximisers of
-:mod:`bayesvmf.models.bayesian._empirical_bayes` (shared with H- and T-vMFmix).
-``inference="gibbs"`` runs the collapsed Gibbs
-sampler of sec. 3.1.2 (:mod:`bayesvmf.models.bayesian._gibbs`). The derivations (every term
-of the bound, every update, the empirical Bayes steps) are in ``docs/bayesian_vi.md``.
-
-=====================  ====================================================================
-code                   paper (sec. 3.1)
-=====================  ====================================================================
-``rho``                rho, q(pi) = Dir(rho), shape (K,)
-``psi``, ``gamma``     psi_k, gamma_k, q(mu_k) = vMF(psi_k, gamma_k)
-``lambda`` / ``resp``  lambda_ik = E_q[z_ik]
-``resultant``          r_k = sum_i lambda_ik x_i, shape (K, d)
-``resp_sum``           N_k = sum_i lambda_ik
-``kappa_state``        the q(kappa) state of :mod:`._kappa` (log kappa, or (a, log b))
-``priors``             :class:`._kappa.Priors` (alpha, mu0, C0, m, s2)
-=====================  ====================================================================
-
-One VI iteration (:func:`vi_step`, jitted once at module level, all restarts vmapped):
-rho, then q(mu), then q(kappa), then the empirical Bayes updates, then q(z) with one pass
-over the data (``X @ E[mu].T``) and the resultants (``lambda.T @ X``), then the bound. Each
-update maximises the bound over its factor given the others (q(kappa) by bounding: increases
-it), so with ``kappa_update="bounding"`` the bound never decreases.
+The model, the bound and the VI steps: :mod:`._bvmf_vi`; collapsed Gibbs: :mod:`._gibbs`.
 
 References
 ----------
@@ -40,576 +9,37 @@ References
 
 from __future__ import annotations
 
-import functools
 import warnings
-from typing import NamedTuple
+from numbers import Integral, Real
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import logsumexp, xlogy
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _mixture, _parallel, special
+from bayesvmf._base import RANDOM_STATE, check_count, make_key
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
-from bayesvmf.models.bayesian._kappa import KappaMoments, Priors
-
-__all__ = [
-    "VIState",
-    "Posterior",
-    "Statistics",
-    "elbo",
-    "vi_step",
-    "StreamState",
-    "svi_step",
-    "BayesianVMFMixture",
-]
-
-#: Gauss-Hermite nodes for E_q[.] over a log-normal q(kappa) (bounding scheme) in
-#: score_samples; the integrand is smooth in log kappa, 32 nodes are exact to rounding for
-#: the variances seen in practice (b << 1).
-HERMITE_NODES = 32
-
-
-class Posterior(NamedTuple):
-    """The variational factors q(pi), q(mu), q(kappa) of one run (sec. 3.1.1 of [1]_)."""
-
-    rho: jax.Array
-    psi: jax.Array
-    gamma: jax.Array
-    kappa: KappaMoments
-
-
-class Statistics(NamedTuple):
-    """What the bound needs from q(z): r_k, N_k and the entropy -sum lambda log lambda."""
-
-    resultant: jax.Array
-    resp_sum: jax.Array
-    resp_entropy: jax.Array
-
-
-class VIState(NamedTuple):
-    """State of a batch of B variational runs (batch axis first), one per restart.
-
-    Attributes
-    ----------
-    post : Posterior
-        rho (B, K), psi (B, K, d), gamma (B, K), kappa moments (B, K) with state (B, K) or
-        (B, K, 2).
-    stats : Statistics
-        r (B, K, d), N (B, K), entropy of q(z) (B,), at the last q(z) update.
-    priors : Priors
-        Current hyper-parameters (B,) each, mu0 (B, d) (empirical Bayes changes them).
-    key : jax.Array of shape (B,)
-        MH key of the run (the same at every iteration: common random numbers, see
-        :class:`BayesianVMFMixture`).
-    bound : jax.Array of shape (B,)
-        Variational bound per row at the last iteration (-inf before one).
-    accept_rate : jax.Array of shape (B, K)
-        MH acceptance of the last kappa update (sampling scheme; 1 for bounding).
-    n_iter : jax.Array of int64, shape (B,)
-    converged : jax.Array of bool, shape (B,)
-    """
-
-    post: Posterior
-    stats: Statistics
-    priors: Priors
-    key: jax.Array
-    bound: jax.Array
-    accept_rate: jax.Array
-    n_iter: jax.Array
-    converged: jax.Array
-
-
-# --------------------------------------------------------------------------------------------
-# The bound (docs/bayesian_vi.md)
-# --------------------------------------------------------------------------------------------
-
-
-def elbo(post: Posterior, stats: Statistics, priors: Priors, d: int, a_gamma=None):
-    """Return the variational lower bound (VLB of sec. 3.1.1 of [1]_), total over the rows.
-
-    Sum of (docs/bayesian_vi.md, eq. (B1)-(B8)): E log p(X | z, mu, kappa),
-    E log p(z | pi), E log p(pi), E log p(mu), -KL(q(kappa) || p(kappa)), H(q(z)),
-    H(q(pi)), H(q(mu)). E_q[log C_d(kappa)] is the scheme's (MC average or lower bound) and
-    the q(kappa) terms are those of the log-normal with the moments of q (exact for bounding,
-    moment-matched for sampling).
-
-    Parameters
-    ----------
-    post : Posterior
-    stats : Statistics
-    priors : Priors
-    d : int
-        Dimension (static).
-    a_gamma : jax.Array of shape (K,), optional
-        A_d(gamma_k) when the caller has it (saves a Bessel ratio).
-
-    Returns
-    -------
-    jax.Array
-        Scalar.
-    """
-    rho, psi, gamma, kappa = post
-    if a_gamma is None:
-        a_gamma = special.mean_resultant_length(d, gamma)
-    # log C_d(gamma_k) and log C_d(C0) in one call (one special-function site to compile)
-    log_c = _mixture.log_normalizer(d, jnp.append(gamma, priors.C0))
-    log_c_gamma, log_c_c0 = log_c[:-1], log_c[-1]
-    psi_dot_r = jnp.sum(psi * stats.resultant, axis=-1)
-    likelihood = jnp.sum(stats.resp_sum * kappa.mean_log_c + kappa.mean_kappa * a_gamma * psi_dot_r)
-    pi_terms = _eb.dirichlet_terms(rho, stats.resp_sum, priors.alpha)  # (B2) + (B3) + (B7)
-    prior_mu = jnp.sum(log_c_c0 + priors.C0 * a_gamma * (psi @ priors.mu0))
-    kappa_terms = -jnp.sum(
-        _kappa.kl_normal(kappa.mean_log_kappa, kappa.var_log_kappa, priors.m, priors.s2)
-    )
-    entropy_mu = -jnp.sum(log_c_gamma + gamma * a_gamma)
-    return likelihood + pi_terms + prior_mu + kappa_terms + stats.resp_entropy + entropy_mu
-
-
-# --------------------------------------------------------------------------------------------
-# One iteration
-# --------------------------------------------------------------------------------------------
-
-
-def _update_mu(data_natural, priors: Priors):
-    """q(mu_k) = vMF(psi_k, gamma_k) with R_k = E[kappa_k] r_k + C0 mu0 (sec. 3.1.1, (U2)).
-
-    ``data_natural`` is the data part E[kappa_k] r_k of the natural parameter, (K, d).
-    """
-    natural = data_natural + priors.C0 * priors.mu0
-    gamma = jnp.linalg.norm(natural, axis=-1)
-    tiny = jnp.finfo(jnp.float64).tiny
-    # gamma = 0 (an empty component under a uniform prior): q(mu_k) is uniform, psi arbitrary
-    psi = jnp.where(gamma[:, None] > tiny, natural / jnp.maximum(gamma, tiny)[:, None], priors.mu0)
-    return psi, gamma
-
-
-def _log_resp_unnormalised(data, post: Posterior, a_gamma):
-    """Return E log pi_k + E log C_d(kappa_k) + E[kappa_k] x_i . E[mu_k] (log lambda_ik + c)."""
-    mean_mu = (a_gamma * post.kappa.mean_kappa)[:, None] * post.psi
-    log_pi = _eb.expected_log_pi(post.rho)
-    rows = _parallel.block_data(data)
-    return _mixture.data_dot(rows, mean_mu.T) + post.kappa.mean_log_c + log_pi
-
-
-def _statistics(data, log_resp):
-    """r_k, N_k and the entropy of q(z) from log lambda (rows of plain data or of a block).
-
-    On row blocks (:class:`bayesvmf._parallel.RowBlocks`) padding rows weigh 0 and, on a
-    device's block, the three sums are added over the devices (``psum``).
-    """
-    resp = jnp.exp(log_resp)
-    weighted = resp
-    if isinstance(data, _parallel.RowBlocks):
-        weighted = resp * data.row_weight[:, None]
-    resultant, resp_sum = _mixture.resultants(_parallel.block_data(data), weighted)
-    entropy = -jnp.sum(xlogy(weighted, resp))
-    return Statistics(*_parallel.sum_over_blocks(data, resultant, resp_sum, entropy))
-
-
-def _update_kappa_priors(key, kappa, weight, dot, rho, mean_mu, priors, cfg, empirical_bayes):
-    """q(kappa) (U3) from its weight and dot, then the empirical Bayes updates (U4)."""
-    scheme, d, num_samples, num_warmup, num_steps = cfg
-    kappa, accept = _kappa.update(
-        scheme,
-        key,
-        kappa.state,
-        weight,
-        dot,
-        priors.m,
-        priors.s2,
-        d=d,
-        num_samples=num_samples,
-        num_warmup=num_warmup,
-        num_steps=num_steps,
-    )
-    # empirical Bayes (sec. 3.1.3) is a traced switch, so fits with and without it share
-    # one program
-    mu0, c0 = _eb.update_mu0_c0(mean_mu, priors.mu0, d)
-    m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
-    updated = Priors(_eb.update_alpha(priors.alpha, rho), mu0, c0, m, s2)
-    priors = jax.tree_util.tree_map(
-        lambda new, old: jnp.where(empirical_bayes, new, old), updated, priors
-    )
-    return kappa, accept, priors
-
-
-def _iteration(s: VIState, data, cfg, empirical_bayes):
-    """One coordinate-ascent cycle of one run (module docstring)."""
-    d = data.shape[1]
-    n = data.shape[0]
-    stats, priors = s.stats, s.priors
-    rho = priors.alpha + stats.resp_sum
-    psi, gamma = _update_mu(s.post.kappa.mean_kappa[:, None] * stats.resultant, priors)
-    a_gamma = special.mean_resultant_length(d, gamma)
-    dot = a_gamma * jnp.sum(psi * stats.resultant, axis=-1)
-    kappa, accept, priors = _update_kappa_priors(
-        s.key,
-        s.post.kappa,
-        stats.resp_sum,
-        dot,
-        rho,
-        a_gamma[:, None] * psi,
-        priors,
-        cfg,
-        empirical_bayes,
-    )
-    post = Posterior(rho, psi, gamma, kappa)
-    wlp = _log_resp_unnormalised(data, post, a_gamma)
-    log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
-    stats = _statistics(data, log_resp)
-    bound = elbo(post, stats, priors, d, a_gamma) / n
-    return post, stats, priors, bound, accept
-
-
-@functools.partial(
-    jax.jit,
-    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps"),
-    compiler_options=_mixture.JIT_OPTIONS,
+from bayesvmf.models.bayesian._bvmf_vi import (
+    HERMITE_NODES,
+    StreamState,
+    VIState,
+    _init_labels,
+    _init_state,
+    _label_statistics,
+    _log_predictive,
+    _log_resp_rows,
+    _seed_statistics,
+    _weighted_log_resp,
+    svi_step,
+    vi_step,
 )
-def vi_step(
-    state: VIState,
-    data,
-    tol,
-    max_iter,
-    empirical_bayes,
-    *,
-    scheme: str,
-    num_samples: int,
-    num_warmup: int,
-    num_steps: int,
-):
-    """Run one VI iteration of every active run of a batch (module docstring).
+from bayesvmf.models.bayesian._kappa import Priors
+from bayesvmf.models.bayesian._shared import FINITE, NONNEGATIVE, POSITIVE, fit_data
 
-    Runs that converged or reached ``max_iter`` are returned unchanged.
-
-    Jitted once per (data shape, batch size, scheme, static sizes); the numbers ``tol``,
-    ``max_iter``, ``empirical_bayes`` and the priors are traced, so nothing recompiles across
-    iterations, restarts or fits that differ only in those.
-
-    Parameters
-    ----------
-    state : VIState
-        Batch of B runs.
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
-        Row blocks on a mesh of devices (``devices=``) run the data pass on every device's
-        rows and add the statistics over devices (``psum``); the rest runs replicated.
-    tol : float64 scalar
-        Convergence threshold on the change of the bound per row.
-    max_iter : int64 scalar
-    empirical_bayes : bool scalar
-        Update the priors (sec. 3.1.3) at this iteration (traced).
-    scheme : {"sampling", "bounding"} (static)
-    num_samples, num_warmup : int (static)
-        MH draws and warm-up per kappa update (sampling).
-    num_steps : int (static)
-        Ascent steps per kappa update (bounding).
-
-    Returns
-    -------
-    state : VIState
-    any_active : jax.Array of bool
-        Whether some run still needs iterations.
-    """
-    _mixture.count_trace("bayesian.vi_step")
-    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps)
-    return _parallel.map_blocks(
-        functools.partial(_vi_step_body, cfg=cfg), (state, tol, max_iter, empirical_bayes), data
-    )
-
-
-def _vi_step_body(args, data, *, cfg):
-    """Body of :func:`vi_step` on plain data or on one block of rows (see map_blocks)."""
-    state, tol, max_iter, empirical_bayes = args
-
-    def one(s: VIState):
-        active = (~s.converged) & (s.n_iter < max_iter)
-        post, stats, priors, bound, accept = _iteration(s, data, cfg, empirical_bayes)
-        n_iter = s.n_iter + 1
-        converged = jnp.abs(bound - s.bound) <= tol
-        new = VIState(post, stats, priors, s.key, bound, accept, n_iter, converged)
-        out = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
-        return out, active & ~converged & (n_iter < max_iter)
-
-    new_state, active = jax.vmap(one)(state)
-    return new_state, jnp.any(active)
-
-
-class StreamState(NamedTuple):
-    """Global state of stochastic variational inference (:meth:`BayesianVMFMixture.partial_fit`).
-
-    The natural parameters of the global factors (docs/bayesian_vi.md, "Stochastic
-    variational inference"), each an estimate for the whole corpus of ``n_samples`` rows.
-
-    Attributes
-    ----------
-    resp_sum : jax.Array of shape (K,)
-        N_k: rho_k - alpha (q(pi)) and the weight w_k of q(kappa_k).
-    natural : jax.Array of shape (K, d)
-        E[kappa_k] r_k, the data part of the natural parameter R_k of q(mu_k).
-    dot : jax.Array of shape (K,)
-        delta_k = E[mu_k] . r_k, the other natural parameter of q(kappa_k).
-    post : Posterior
-        The global factors q(pi), q(mu), q(kappa) at these parameters.
-    priors : Priors
-    key : jax.Array
-        MH key of the sampling scheme (fixed: common random numbers, as in :func:`vi_step`).
-    """
-
-    resp_sum: jax.Array
-    natural: jax.Array
-    dot: jax.Array
-    post: Posterior
-    priors: Priors
-    key: jax.Array
-
-
-@functools.partial(
-    jax.jit,
-    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps"),
-    compiler_options=_mixture.JIT_OPTIONS,
-)
-def svi_step(
-    state: StreamState,
-    data,
-    step_size,
-    scale,
-    empirical_bayes,
-    *,
-    scheme: str,
-    num_samples: int,
-    num_warmup: int,
-    num_steps: int,
-):
-    r"""One step of stochastic variational inference on a chunk (Hoffman et al. 2013).
-
-    Local step: q(z_i) of the chunk's rows at the current global factors ((U5)). Global
-    step: each natural parameter moves towards its estimate from the chunk, the chunk's
-    statistics scaled by ``scale`` = n / m (n rows of the corpus, m of the chunk),
-
-    .. math::
-
-        \lambda_t = (1 - \rho_t)\, \lambda_{t-1} + \rho_t\, \hat\lambda(\text{chunk}),
-
-    for N_k (so rho_k = alpha + N_k), E[kappa_k] r_k (so R_k = E[kappa_k] r_k + C0 mu0) and
-    delta_k = E[mu_k] . r_k (E[mu_k] after the q(mu) step); then q(kappa_k) by the scheme from
-    (N_k, delta_k) and the empirical Bayes updates (``empirical_bayes``, traced), as in
-    :func:`vi_step`. With one chunk holding all the rows and rho_t = 1 this is one VI
-    iteration.
-
-    Parameters
-    ----------
-    state : StreamState
-    data : bayesvmf._parallel.RowBlocks
-        The chunk, padded to a bucket size (:func:`bayesvmf._parallel.row_blocks`); on a
-        mesh of devices each device takes the local step of its rows and the statistics are
-        added over devices (``psum``). Rows are counted by their weights, never by
-        ``data.n_samples`` (:meth:`~bayesvmf._parallel.RowBlocks.counted_by_weight`).
-    step_size, scale : float64 scalars
-        rho_t and n / m.
-    empirical_bayes : bool scalar
-    scheme, num_samples, num_warmup, num_steps : static, as in :func:`vi_step`.
-
-    Returns
-    -------
-    state : StreamState
-    bound : jax.Array
-        Estimate of the bound per row: :func:`elbo` at the new global factors with the
-        chunk's q(z) statistics scaled by n / m, divided by n.
-    accept_rate : jax.Array of shape (K,)
-    """
-    _mixture.count_trace("bayesian.svi_step")
-    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps)
-    return _parallel.map_blocks(
-        functools.partial(_svi_step_body, cfg=cfg),
-        (state, step_size, scale, empirical_bayes),
-        data,
-    )
-
-
-def _svi_step_body(args, data, *, cfg):
-    """Body of :func:`svi_step` on one block of rows (see map_blocks)."""
-    state, step_size, scale, empirical_bayes = args
-    d = data.shape[1]
-    post, priors = state.post, state.priors
-    a_gamma = special.mean_resultant_length(d, post.gamma)
-    wlp = _log_resp_unnormalised(data, post, a_gamma)
-    log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
-    resultant, resp_sum, entropy = _statistics(data, log_resp)
-
-    def move(old, estimate):
-        return (1.0 - step_size) * old + step_size * estimate
-
-    big_n = move(state.resp_sum, scale * resp_sum)
-    natural = move(state.natural, scale * post.kappa.mean_kappa[:, None] * resultant)
-    rho = priors.alpha + big_n
-    psi, gamma = _update_mu(natural, priors)
-    a_gamma = special.mean_resultant_length(d, gamma)
-    dot = move(state.dot, scale * a_gamma * jnp.sum(psi * resultant, axis=-1))
-    kappa, accept, priors = _update_kappa_priors(
-        state.key,
-        post.kappa,
-        big_n,
-        dot,
-        rho,
-        a_gamma[:, None] * psi,
-        priors,
-        cfg,
-        empirical_bayes,
-    )
-    post = Posterior(rho, psi, gamma, kappa)
-    stats = Statistics(scale * resultant, scale * resp_sum, scale * entropy)
-    (real_rows,) = _parallel.sum_over_blocks(data, jnp.sum(data.row_weight))
-    n = scale * real_rows
-    bound = elbo(post, stats, priors, d, a_gamma) / n
-    return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept
-
-
-@functools.partial(
-    jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
-)
-def _init_labels(keys, data, n_components: int, init: str):
-    """Crisp labels of every restart: closest seed by cosine (random rows or k-means++)."""
-    _mixture.count_trace("bayesian.init_labels")
-
-    def one(key):
-        mu = _mixture.INIT_METHODS[init](key, data, n_components)
-        return jnp.argmax(_mixture.data_dot(data, mu.T), axis=1)
-
-    return jax.vmap(one)(keys)
-
-
-@functools.partial(
-    jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
-)
-def _seed_statistics(keys, data, n_components: int, init: str):
-    """(r_k, N_k) of every restart's crisp assignment to its seeds, shapes (B, K, d), (B, K).
-
-    The seeds and the assignment of :func:`_init_labels` (the same draws), computed on row
-    blocks as well: each device assigns its own rows, the sums are added over devices.
-    """
-    _mixture.count_trace("bayesian.seed_statistics")
-
-    def body(keys, data):
-        def one(key):
-            mu = _parallel.INIT_METHODS[init](key, data, n_components)
-            return _parallel.crisp_statistics(data, mu)
-
-        return jax.vmap(one)(keys)
-
-    return _parallel.map_blocks(body, keys, data)
-
-
-@functools.partial(jax.jit, static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)
-def _label_statistics(labels, data, n_components: int):
-    """(r_k, N_k) of one crisp labelling (n,) of plain data."""
-    _mixture.count_trace("bayesian.label_statistics")
-    return _mixture.resultants(data, jax.nn.one_hot(labels, n_components, dtype=jnp.float64))
-
-
-@functools.partial(jax.jit, static_argnames="scheme", compiler_options=_mixture.JIT_OPTIONS)
-def _init_state(resultant, resp_sum, keys, priors: Priors, scheme: str):
-    """VIState of every restart from the statistics of its crisp assignment, (B, K, d), (B, K).
-
-    q(z) is the one-hot assignment; q(kappa) starts at the classical per-component estimate
-    (A_d(kappa_k) = |r_k| / N_k), exp(m) for an empty component; q(pi), q(mu) are set by the
-    first iteration.
-    """
-    _mixture.count_trace("bayesian.init_state")
-    n_components, d = resultant.shape[1:]
-
-    def one(resultant, resp_sum, key, pri):
-        stats = Statistics(resultant, resp_sum, jnp.zeros((), jnp.float64))
-        rbar = jnp.linalg.norm(stats.resultant, axis=-1) / jnp.maximum(stats.resp_sum, 1.0)
-        kappa0, _ = _mixture.solve_kappa(d, rbar, _eb.C0_MAX)
-        kappa0 = jnp.where((stats.resp_sum > 0) & (kappa0 > 0), kappa0, jnp.exp(pri.m))
-        kstate = _kappa.initial_kappa_state(kappa0, scheme)
-        moments = KappaMoments(
-            mean_kappa=kappa0,
-            mean_log_c=_mixture.log_normalizer(d, kappa0),
-            mean_log_kappa=jnp.log(kappa0),
-            var_log_kappa=jnp.full_like(kappa0, 0.01),
-            state=kstate,
-        )
-        post = Posterior(
-            rho=pri.alpha + stats.resp_sum,
-            psi=jnp.zeros((n_components, d), jnp.float64),
-            gamma=jnp.zeros(n_components, jnp.float64),
-            kappa=moments,
-        )
-        return VIState(
-            post,
-            stats,
-            pri,
-            key,
-            jnp.array(-jnp.inf, jnp.float64),
-            jnp.ones(n_components),
-            jnp.zeros((), jnp.int64),
-            jnp.zeros((), bool),
-        )
-
-    return jax.vmap(one)(resultant, resp_sum, keys, priors)
-
-
-@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
-def _weighted_log_resp(data, rho, psi, gamma, mean_kappa, mean_log_c):
-    _mixture.count_trace("bayesian.log_resp")
-    return _log_resp_rows((rho, psi, gamma, mean_kappa, mean_log_c), data)
-
-
-def _log_resp_rows(params, data):
-    """Log lambda_ik + const of the rows of plain data (or of one block, :func:`map_rows`)."""
-    rho, psi, gamma, mean_kappa, mean_log_c = params
-    kappa = KappaMoments(mean_kappa, mean_log_c, mean_log_c, mean_log_c, mean_log_c)
-    a_gamma = special.mean_resultant_length(data.shape[1], gamma)
-    return _log_resp_unnormalised(data, Posterior(rho, psi, gamma, kappa), a_gamma)
-
-
-@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
-def _log_predictive(data, rho, psi, gamma, kappa_draws, log_draw_weights):
-    """Log posterior predictive per row (:meth:`BayesianVMFMixture.score_samples`)."""
-    _mixture.count_trace("bayesian.log_predictive")
-    d = data.shape[1]
-    cosines = _mixture.data_dot(data, psi.T)  # (n, K)
-    kappa = kappa_draws[:, None, :]  # (S, 1, K)
-    norm_sq = kappa**2 + gamma**2 + 2.0 * kappa * gamma * cosines[None]
-    norm = jnp.sqrt(jnp.maximum(norm_sq, 0.0))
-    log_c = _mixture.log_normalizer(d, jnp.append(kappa_draws, gamma[None], axis=0))
-    terms = (
-        log_c[:-1, None, :]
-        + log_c[-1]
-        - _mixture.log_normalizer(d, norm)
-        + log_draw_weights[:, None, None]
-        + jnp.log(rho / jnp.sum(rho))
-    )
-    return logsumexp(terms, axis=(0, 2))
-
-
-# --------------------------------------------------------------------------------------------
-# The estimator
-# --------------------------------------------------------------------------------------------
-
-
-class _InitOption(NamedTuple):
-    def check(self, value) -> bool:
-        if isinstance(value, str):
-            return value in ("random", "spherical-kmeans++")
-        return isinstance(value, np.ndarray | list | tuple | jax.Array)
-
-    def describe(self) -> str:
-        return "'random', 'spherical-kmeans++' or an int array of initial labels (n_samples,)"
-
-
-class _OptionalFloat(NamedTuple):
-    inner: _mixture.Interval
-
-    def check(self, value) -> bool:
-        return value is None or self.inner.check(value)
-
-    def describe(self) -> str:
-        return "None or " + self.inner.describe()
+__all__ = ["BayesianVMFMixture"]
 
 
 class BayesianVMFMixture(_mixture.BaseVMFMixture):
@@ -670,7 +100,9 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         The offset tau of those step sizes (a larger tau damps the first steps).
     normalize : bool, default True
         Rescale rows to unit norm; with False, non-unit rows raise a ValueError.
-    random_state : None, int or jax key, default None
+    random_state : None, int, numpy RandomState or Generator, or jax key, default None
+        Seed of a fit (:func:`bayesvmf._base.make_key`): an int is reproducible; a
+        RandomState or Generator gives a seed drawn from it; None a fresh one.
     progress_bar : bool, default False
     devices : None, int or list of jax devices, default None
         Data-parallel VI (DESIGN.md section 6): the rows of X are split into one equal block
@@ -716,7 +148,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         VI fits: rows seen (of the fit and of the :meth:`partial_fit` chunks since) and
         stochastic steps done since that fit. After :meth:`partial_fit`,
         ``lower_bound_`` is the bound per row estimated from the last chunk
-        (:func:`svi_step`), ``lower_bounds_`` gets one such value per call and ``n_iter_``
+        (:func:`._bvmf_vi.svi_step`), ``lower_bounds_`` gets one such value per call and ``n_iter_``
         grows by one per call.
     n_features_in_ : int
     gibbs_* , rhat_kappa_ : Gibbs fits only (:func:`._gibbs.fit_gibbs`).
@@ -734,30 +166,32 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
     [30, 30]
     """
 
-    _parameter_constraints = {
-        **{
-            k: v
-            for k, v in _mixture.BaseVMFMixture._parameter_constraints.items()
-            if k != "verbose"
-        },
-        "inference": _mixture.Options(("vi", "gibbs")),
-        "kappa_update": _mixture.Options(_kappa.SCHEMES),
-        "alpha": _mixture.Interval(float, 0.0, None, low_open=True),
-        "C0": _mixture.Interval(float, 0.0, None),
-        "m": _OptionalFloat(_mixture.Interval(float, None, None)),
-        "s2": _mixture.Interval(float, 0.0, None, low_open=True),
-        "empirical_bayes": _mixture.Boolean(),
-        "init": _InitOption(),
-        "num_chains": _mixture.Interval(int, 1, None),
-        "num_warmup": _mixture.Interval(int, 0, None),
-        "num_samples": _mixture.Interval(int, 1, None),
-        "kappa_num_samples": _mixture.Interval(int, 2, None),
-        "kappa_num_warmup": _mixture.Interval(int, 0, None),
-        "kappa_num_steps": _mixture.Interval(int, 1, None),
-        "predictive_draws": _mixture.Interval(int, 1, None),
-        "learning_decay": _mixture.Interval(float, 0.5, 1.0, low_open=True),
-        "learning_offset": _mixture.Interval(float, 0.0, None),
-        "progress_bar": _mixture.Boolean(),
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "inference": [StrOptions({"vi", "gibbs"})],
+        "kappa_update": [StrOptions(set(_kappa.SCHEMES))],
+        "alpha": [POSITIVE],
+        "mu0": [None, "array-like"],
+        "C0": [NONNEGATIVE],
+        "m": [FINITE, None],
+        "s2": [POSITIVE],
+        "empirical_bayes": ["boolean"],
+        "init": [StrOptions({"random", "spherical-kmeans++"}), "array-like"],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "tol": [NONNEGATIVE],
+        "num_chains": [Interval(Integral, 1, None, closed="left")],
+        "num_warmup": [Interval(Integral, 0, None, closed="left")],
+        "num_samples": [Interval(Integral, 1, None, closed="left")],
+        "kappa_num_samples": [Interval(Integral, 2, None, closed="left")],
+        "kappa_num_warmup": [Interval(Integral, 0, None, closed="left")],
+        "kappa_num_steps": [Interval(Integral, 1, None, closed="left")],
+        "predictive_draws": [Interval(Integral, 1, None, closed="left")],
+        "learning_decay": [Interval(Real, 0.5, 1.0, closed="right")],
+        "learning_offset": [NONNEGATIVE],
+        "normalize": ["boolean"],
+        "random_state": RANDOM_STATE,
+        "progress_bar": ["boolean"],
         "devices": _parallel.DevicesOption(),
     }
 
@@ -904,7 +338,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
 
         B is n_init (VI) or num_chains (Gibbs). The labels (B, n) are those of the Gibbs
         chains or of an ``init`` array (None for VI from seeds); the statistics ((B, K, d)
-        r_k, (B, K) N_k) those of the crisp initial assignments (:func:`_seed_statistics`,
+        r_k, (B, K) N_k) those of the crisp initial assignments (:func:`._bvmf_vi._seed_statistics`,
         also on row blocks).
         """
         n, d = data.shape
@@ -992,40 +426,26 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                 progress.close()
         self._set_from_batch(state, history, data, key_draws)
 
-    def fit_predict(self, X, y=None) -> np.ndarray:
-        """Fit the model and return the cluster of each row (the largest lambda_ik).
+    def _validate_params(self) -> None:
+        super()._validate_params()
+        # devices= with Gibbs sampling or an init label array is refused here, before
+        # anything of the fitted model changes
+        self._check_devices()
+
+    def _training_data(self, Xc):
+        """Return the training data: plain, or one row block per device (``devices``).
 
         With ``devices`` the rows are sharded over the devices for the whole fit and the
-        final assignment (see the class docstring). Forgets any earlier :meth:`partial_fit`
-        state.
-
-        Parameters
-        ----------
-        X : array-like or scipy.sparse matrix of shape (n_samples, n_features)
-        y : ignored
-
-        Returns
-        -------
-        labels : ndarray of shape (n_samples,)
+        final assignment of ``fit_predict`` (see the class docstring).
         """
-        if self.devices is None:
-            return super().fit_predict(X)
-        self._validate_params()
-        devices = self._check_devices()  # before anything of the fitted model changes
-        Xc = self._check_input(X, reset=True)
-        with jax.enable_x64(True):
-            data = self._fit_data(Xc, devices)
-            # the device copy serves the whole fit: release the host copy now
-            del Xc
-            self._fit(data, _mixture.make_key(self.random_state))
-            logits = _parallel.map_rows(_log_resp_rows, self._log_resp_params(), data)
-            return np.argmax(logits, axis=1)
+        return fit_data(Xc, _parallel.resolve_devices(self.devices))
 
-    def _fit_data(self, Xc, devices: list | None):
-        """Return checked data on the device: plain, or one row block per device."""
-        if devices is None:
-            return _mixture.to_device(Xc)
-        return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
+    def _training_labels(self, data) -> np.ndarray:
+        """Return the largest lambda_ik of each training row (each device its rows)."""
+        if not isinstance(data, _parallel.RowBlocks):
+            return super()._training_labels(data)
+        logits = _parallel.map_rows(_log_resp_rows, self._log_resp_params(), data)
+        return np.argmax(logits, axis=1)
 
     def _check_devices(self) -> list | None:
         """Resolve ``devices``; refuse it with Gibbs sampling or an ``init`` label array."""
@@ -1048,7 +468,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
     def partial_fit(self, X, y=None, *, n_samples: int | None = None) -> BayesianVMFMixture:
         """Update the model with one chunk of rows: stochastic variational inference.
 
-        SVI of Hoffman et al. [2]_ (:func:`svi_step`, docs/bayesian_vi.md): q(z) of the
+        SVI of Hoffman et al. [2]_ (:func:`._bvmf_vi.svi_step`, docs/bayesian_vi.md): q(z) of the
         chunk's rows at the current global factors, then every global natural parameter
         (N_k behind q(pi) and the weight of q(kappa_k), E[kappa_k] r_k behind q(mu_k), the
         dot delta_k of q(kappa_k)) moves towards its estimate from the chunk scaled by
@@ -1114,8 +534,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                     f"carries (n_components={stream[0]}, kappa_update={stream[1]!r}); "
                     "restore them, or call fit to start anew."
                 )
-        if n_samples is not None and not _mixture.Interval(int, 1, None).check(n_samples):
-            raise ValueError(f"n_samples must be None or an int >= 1; got {n_samples!r}.")
+        check_count(n_samples, "n_samples", allow_none=True)
         devices = self._check_devices()
         Xc = self._check_input(X, reset=first)
         # the counters change only once the step has succeeded: a chunk that fails
@@ -1123,9 +542,9 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         n_seen = (0 if first else self.n_samples_seen_) + Xc.shape[0]
         corpus_rows = n_seen if n_samples is None else n_samples
         with jax.enable_x64(True):
-            key = _mixture.make_key(self.random_state)
+            key = make_key(self.random_state)
             if first:
-                self._fit(self._fit_data(Xc, devices), key)
+                self._fit(fit_data(Xc, devices), key)
                 online, n_steps, step_size = self._online, 0, 1.0
             else:
                 n_steps = self.n_steps_ + 1
@@ -1258,7 +677,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             return _weighted_log_resp(data, *self._log_resp_params())
 
     def _log_resp_params(self) -> tuple:
-        """Return (rho, psi, gamma, E[kappa], E[log C_d]) of a VI fit (:func:`_log_resp_rows`)."""
+        """Return (rho, psi, gamma, E[kappa], E[log C_d]) of a VI fit (for ``_log_resp_rows``)."""
         names = (
             "weight_concentration_",
             "mean_directions_",
@@ -1326,7 +745,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         Parameters
         ----------
         num_draws : int, default 100
-        random_state : None, int or jax key, default 0
+        random_state : None, int, numpy RandomState or Generator, or jax key, default 0
 
         Returns
         -------
@@ -1341,11 +760,10 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             from bayesvmf.models.bayesian import _gibbs
 
             return _gibbs.gibbs_to_arviz(self)
-        if not _mixture.Interval(int, 1, None).check(num_draws):
-            raise ValueError(f"num_draws must be an int >= 1; got {num_draws!r}.")
+        check_count(num_draws, "num_draws")
         k, d = np.shape(self.mean_directions_)
         with jax.enable_x64(True):
-            key_mu, key_kappa, key_pi = jax.random.split(_mixture.make_key(random_state), 3)
+            key_mu, key_kappa, key_pi = jax.random.split(make_key(random_state), 3)
             dist = VonMisesFisher(
                 jnp.asarray(self.mean_directions_), jnp.asarray(self.mean_direction_concentration_)
             )

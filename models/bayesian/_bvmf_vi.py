@@ -1,0 +1,588 @@
+r"""B-vMFmix: the Bayesian vMF mixture of Gopal & Yang (sec. 3.1 of [1]_) by variational inference.
+
+Generative model (sec. 3.1 of [1]_)::
+
+    pi ~ Dir(alpha),  mu_k ~ vMF(mu0, C0),  kappa_k ~ LogNormal(m, s2),
+    z_i ~ Cat(pi),    x_i ~ vMF(mu_{z_i}, kappa_{z_i}).
+
+Mean-field variational inference (sec. 3.1.1): q(pi) = Dir(rho), q(mu_k) = vMF(psi_k,
+gamma_k), q(z_i) = Cat(lambda_i), and q(kappa_k) by one of the two schemes of
+:mod:`bayesvmf.models.bayesian._kappa` (MH draws from the conditional of eq. (1), or a
+log-normal fitted by maximising a lower bound built on eqs. (2)-(3)). Empirical Bayes
+(sec. 3.1.3) updates alpha, mu0, C0, m, s2 by the maximisers of
+:mod:`bayesvmf.models.bayesian._empirical_bayes` (shared with H- and T-vMFmix).
+``inference="gibbs"`` runs the collapsed Gibbs
+sampler of sec. 3.1.2 (:mod:`bayesvmf.models.bayesian._gibbs`). The derivations (every term
+of the bound, every update, the empirical Bayes steps) are in ``docs/bayesian_vi.md``.
+
+=====================  ====================================================================
+code                   paper (sec. 3.1)
+=====================  ====================================================================
+``rho``                rho, q(pi) = Dir(rho), shape (K,)
+``psi``, ``gamma``     psi_k, gamma_k, q(mu_k) = vMF(psi_k, gamma_k)
+``lambda`` / ``resp``  lambda_ik = E_q[z_ik]
+``resultant``          r_k = sum_i lambda_ik x_i, shape (K, d)
+``resp_sum``           N_k = sum_i lambda_ik
+``kappa_state``        the q(kappa) state of :mod:`._kappa` (log kappa, or (a, log b))
+``priors``             :class:`._kappa.Priors` (alpha, mu0, C0, m, s2)
+=====================  ====================================================================
+
+One VI iteration (:func:`vi_step`, jitted once at module level, all restarts vmapped):
+rho, then q(mu), then q(kappa), then the empirical Bayes updates, then q(z) with one pass
+over the data (``X @ E[mu].T``) and the resultants (``lambda.T @ X``), then the bound. Each
+update maximises the bound over its factor given the others (q(kappa) by bounding: increases
+it), so with ``kappa_update="bounding"`` the bound never decreases.
+
+References
+----------
+.. [1] S. Gopal and Y. Yang, "Von Mises-Fisher clustering models", ICML 2014, 154-162.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp, xlogy
+
+from bayesvmf import _mixture, _parallel, special
+from bayesvmf.models.bayesian import _empirical_bayes as _eb
+from bayesvmf.models.bayesian import _kappa
+from bayesvmf.models.bayesian._kappa import KappaMoments, Priors
+
+__all__ = [
+    "VIState",
+    "Posterior",
+    "Statistics",
+    "elbo",
+    "vi_step",
+    "StreamState",
+    "svi_step",
+]
+
+#: Gauss-Hermite nodes for E_q[.] over a log-normal q(kappa) (bounding scheme) in
+#: score_samples; the integrand is smooth in log kappa, 32 nodes are exact to rounding for
+#: the variances seen in practice (b << 1).
+HERMITE_NODES = 32
+
+
+class Posterior(NamedTuple):
+    """The variational factors q(pi), q(mu), q(kappa) of one run (sec. 3.1.1 of [1]_)."""
+
+    rho: jax.Array
+    psi: jax.Array
+    gamma: jax.Array
+    kappa: KappaMoments
+
+
+class Statistics(NamedTuple):
+    """What the bound needs from q(z): r_k, N_k and the entropy -sum lambda log lambda."""
+
+    resultant: jax.Array
+    resp_sum: jax.Array
+    resp_entropy: jax.Array
+
+
+class VIState(NamedTuple):
+    """State of a batch of B variational runs (batch axis first), one per restart.
+
+    Attributes
+    ----------
+    post : Posterior
+        rho (B, K), psi (B, K, d), gamma (B, K), kappa moments (B, K) with state (B, K) or
+        (B, K, 2).
+    stats : Statistics
+        r (B, K, d), N (B, K), entropy of q(z) (B,), at the last q(z) update.
+    priors : Priors
+        Current hyper-parameters (B,) each, mu0 (B, d) (empirical Bayes changes them).
+    key : jax.Array of shape (B,)
+        MH key of the run (the same at every iteration: common random numbers, see
+        :class:`BayesianVMFMixture`).
+    bound : jax.Array of shape (B,)
+        Variational bound per row at the last iteration (-inf before one).
+    accept_rate : jax.Array of shape (B, K)
+        MH acceptance of the last kappa update (sampling scheme; 1 for bounding).
+    n_iter : jax.Array of int64, shape (B,)
+    converged : jax.Array of bool, shape (B,)
+    """
+
+    post: Posterior
+    stats: Statistics
+    priors: Priors
+    key: jax.Array
+    bound: jax.Array
+    accept_rate: jax.Array
+    n_iter: jax.Array
+    converged: jax.Array
+
+
+# --------------------------------------------------------------------------------------------
+# The bound (docs/bayesian_vi.md)
+# --------------------------------------------------------------------------------------------
+
+
+def elbo(post: Posterior, stats: Statistics, priors: Priors, d: int, a_gamma=None):
+    """Return the variational lower bound (VLB of sec. 3.1.1 of [1]_), total over the rows.
+
+    Sum of (docs/bayesian_vi.md, eq. (B1)-(B8)): E log p(X | z, mu, kappa),
+    E log p(z | pi), E log p(pi), E log p(mu), -KL(q(kappa) || p(kappa)), H(q(z)),
+    H(q(pi)), H(q(mu)). E_q[log C_d(kappa)] is the scheme's (MC average or lower bound) and
+    the q(kappa) terms are those of the log-normal with the moments of q (exact for bounding,
+    moment-matched for sampling).
+
+    Parameters
+    ----------
+    post : Posterior
+    stats : Statistics
+    priors : Priors
+    d : int
+        Dimension (static).
+    a_gamma : jax.Array of shape (K,), optional
+        A_d(gamma_k) when the caller has it (saves a Bessel ratio).
+
+    Returns
+    -------
+    jax.Array
+        Scalar.
+    """
+    rho, psi, gamma, kappa = post
+    if a_gamma is None:
+        a_gamma = special.mean_resultant_length(d, gamma)
+    # log C_d(gamma_k) and log C_d(C0) in one call (one special-function site to compile)
+    log_c = _mixture.log_normalizer(d, jnp.append(gamma, priors.C0))
+    log_c_gamma, log_c_c0 = log_c[:-1], log_c[-1]
+    psi_dot_r = jnp.sum(psi * stats.resultant, axis=-1)
+    likelihood = jnp.sum(stats.resp_sum * kappa.mean_log_c + kappa.mean_kappa * a_gamma * psi_dot_r)
+    pi_terms = _eb.dirichlet_terms(rho, stats.resp_sum, priors.alpha)  # (B2) + (B3) + (B7)
+    prior_mu = jnp.sum(log_c_c0 + priors.C0 * a_gamma * (psi @ priors.mu0))
+    kappa_terms = -jnp.sum(
+        _kappa.kl_normal(kappa.mean_log_kappa, kappa.var_log_kappa, priors.m, priors.s2)
+    )
+    entropy_mu = -jnp.sum(log_c_gamma + gamma * a_gamma)
+    return likelihood + pi_terms + prior_mu + kappa_terms + stats.resp_entropy + entropy_mu
+
+
+# --------------------------------------------------------------------------------------------
+# One iteration
+# --------------------------------------------------------------------------------------------
+
+
+def _update_mu(data_natural, priors: Priors):
+    """q(mu_k) = vMF(psi_k, gamma_k) with R_k = E[kappa_k] r_k + C0 mu0 (sec. 3.1.1, (U2)).
+
+    ``data_natural`` is the data part E[kappa_k] r_k of the natural parameter, (K, d).
+    """
+    natural = data_natural + priors.C0 * priors.mu0
+    gamma = jnp.linalg.norm(natural, axis=-1)
+    tiny = jnp.finfo(jnp.float64).tiny
+    # gamma = 0 (an empty component under a uniform prior): q(mu_k) is uniform, psi arbitrary
+    psi = jnp.where(gamma[:, None] > tiny, natural / jnp.maximum(gamma, tiny)[:, None], priors.mu0)
+    return psi, gamma
+
+
+def _log_resp_unnormalised(data, post: Posterior, a_gamma):
+    """Return E log pi_k + E log C_d(kappa_k) + E[kappa_k] x_i . E[mu_k] (log lambda_ik + c)."""
+    mean_mu = (a_gamma * post.kappa.mean_kappa)[:, None] * post.psi
+    log_pi = _eb.expected_log_pi(post.rho)
+    rows = _parallel.block_data(data)
+    return _mixture.data_dot(rows, mean_mu.T) + post.kappa.mean_log_c + log_pi
+
+
+def _statistics(data, log_resp):
+    """r_k, N_k and the entropy of q(z) from log lambda (rows of plain data or of a block).
+
+    On row blocks (:class:`bayesvmf._parallel.RowBlocks`) padding rows weigh 0 and, on a
+    device's block, the three sums are added over the devices (``psum``).
+    """
+    resp = jnp.exp(log_resp)
+    weighted = resp
+    if isinstance(data, _parallel.RowBlocks):
+        weighted = resp * data.row_weight[:, None]
+    resultant, resp_sum = _mixture.resultants(_parallel.block_data(data), weighted)
+    entropy = -jnp.sum(xlogy(weighted, resp))
+    return Statistics(*_parallel.sum_over_blocks(data, resultant, resp_sum, entropy))
+
+
+def _update_kappa_priors(key, kappa, weight, dot, rho, mean_mu, priors, cfg, empirical_bayes):
+    """q(kappa) (U3) from its weight and dot, then the empirical Bayes updates (U4)."""
+    scheme, d, num_samples, num_warmup, num_steps = cfg
+    kappa, accept = _kappa.update(
+        scheme,
+        key,
+        kappa.state,
+        weight,
+        dot,
+        priors.m,
+        priors.s2,
+        d=d,
+        num_samples=num_samples,
+        num_warmup=num_warmup,
+        num_steps=num_steps,
+    )
+    # empirical Bayes (sec. 3.1.3) is a traced switch, so fits with and without it share
+    # one program
+    mu0, c0 = _eb.update_mu0_c0(mean_mu, priors.mu0, d)
+    m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
+    updated = Priors(_eb.update_alpha(priors.alpha, rho), mu0, c0, m, s2)
+    priors = jax.tree_util.tree_map(
+        lambda new, old: jnp.where(empirical_bayes, new, old), updated, priors
+    )
+    return kappa, accept, priors
+
+
+def _iteration(s: VIState, data, cfg, empirical_bayes):
+    """One coordinate-ascent cycle of one run (module docstring)."""
+    d = data.shape[1]
+    n = data.shape[0]
+    stats, priors = s.stats, s.priors
+    rho = priors.alpha + stats.resp_sum
+    psi, gamma = _update_mu(s.post.kappa.mean_kappa[:, None] * stats.resultant, priors)
+    a_gamma = special.mean_resultant_length(d, gamma)
+    dot = a_gamma * jnp.sum(psi * stats.resultant, axis=-1)
+    kappa, accept, priors = _update_kappa_priors(
+        s.key,
+        s.post.kappa,
+        stats.resp_sum,
+        dot,
+        rho,
+        a_gamma[:, None] * psi,
+        priors,
+        cfg,
+        empirical_bayes,
+    )
+    post = Posterior(rho, psi, gamma, kappa)
+    wlp = _log_resp_unnormalised(data, post, a_gamma)
+    log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
+    stats = _statistics(data, log_resp)
+    bound = elbo(post, stats, priors, d, a_gamma) / n
+    return post, stats, priors, bound, accept
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps"),
+    compiler_options=_mixture.JIT_OPTIONS,
+)
+def vi_step(
+    state: VIState,
+    data,
+    tol,
+    max_iter,
+    empirical_bayes,
+    *,
+    scheme: str,
+    num_samples: int,
+    num_warmup: int,
+    num_steps: int,
+):
+    """Run one VI iteration of every active run of a batch (module docstring).
+
+    Runs that converged or reached ``max_iter`` are returned unchanged.
+
+    Jitted once per (data shape, batch size, scheme, static sizes); the numbers ``tol``,
+    ``max_iter``, ``empirical_bayes`` and the priors are traced, so nothing recompiles across
+    iterations, restarts or fits that differ only in those.
+
+    Parameters
+    ----------
+    state : VIState
+        Batch of B runs.
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+        Row blocks on a mesh of devices (``devices=``) run the data pass on every device's
+        rows and add the statistics over devices (``psum``); the rest runs replicated.
+    tol : float64 scalar
+        Convergence threshold on the change of the bound per row.
+    max_iter : int64 scalar
+    empirical_bayes : bool scalar
+        Update the priors (sec. 3.1.3) at this iteration (traced).
+    scheme : {"sampling", "bounding"} (static)
+    num_samples, num_warmup : int (static)
+        MH draws and warm-up per kappa update (sampling).
+    num_steps : int (static)
+        Ascent steps per kappa update (bounding).
+
+    Returns
+    -------
+    state : VIState
+    any_active : jax.Array of bool
+        Whether some run still needs iterations.
+    """
+    _mixture.count_trace("bayesian.vi_step")
+    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps)
+    return _parallel.map_blocks(
+        functools.partial(_vi_step_body, cfg=cfg), (state, tol, max_iter, empirical_bayes), data
+    )
+
+
+def _vi_step_body(args, data, *, cfg):
+    """Body of :func:`vi_step` on plain data or on one block of rows (see map_blocks)."""
+    state, tol, max_iter, empirical_bayes = args
+
+    def one(s: VIState):
+        active = (~s.converged) & (s.n_iter < max_iter)
+        post, stats, priors, bound, accept = _iteration(s, data, cfg, empirical_bayes)
+        n_iter = s.n_iter + 1
+        converged = jnp.abs(bound - s.bound) <= tol
+        new = VIState(post, stats, priors, s.key, bound, accept, n_iter, converged)
+        out = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
+        return out, active & ~converged & (n_iter < max_iter)
+
+    new_state, active = jax.vmap(one)(state)
+    return new_state, jnp.any(active)
+
+
+class StreamState(NamedTuple):
+    """Global state of stochastic variational inference (:meth:`BayesianVMFMixture.partial_fit`).
+
+    The natural parameters of the global factors (docs/bayesian_vi.md, "Stochastic
+    variational inference"), each an estimate for the whole corpus of ``n_samples`` rows.
+
+    Attributes
+    ----------
+    resp_sum : jax.Array of shape (K,)
+        N_k: rho_k - alpha (q(pi)) and the weight w_k of q(kappa_k).
+    natural : jax.Array of shape (K, d)
+        E[kappa_k] r_k, the data part of the natural parameter R_k of q(mu_k).
+    dot : jax.Array of shape (K,)
+        delta_k = E[mu_k] . r_k, the other natural parameter of q(kappa_k).
+    post : Posterior
+        The global factors q(pi), q(mu), q(kappa) at these parameters.
+    priors : Priors
+    key : jax.Array
+        MH key of the sampling scheme (fixed: common random numbers, as in :func:`vi_step`).
+    """
+
+    resp_sum: jax.Array
+    natural: jax.Array
+    dot: jax.Array
+    post: Posterior
+    priors: Priors
+    key: jax.Array
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps"),
+    compiler_options=_mixture.JIT_OPTIONS,
+)
+def svi_step(
+    state: StreamState,
+    data,
+    step_size,
+    scale,
+    empirical_bayes,
+    *,
+    scheme: str,
+    num_samples: int,
+    num_warmup: int,
+    num_steps: int,
+):
+    r"""One step of stochastic variational inference on a chunk (Hoffman et al. 2013).
+
+    Local step: q(z_i) of the chunk's rows at the current global factors ((U5)). Global
+    step: each natural parameter moves towards its estimate from the chunk, the chunk's
+    statistics scaled by ``scale`` = n / m (n rows of the corpus, m of the chunk),
+
+    .. math::
+
+        \lambda_t = (1 - \rho_t)\, \lambda_{t-1} + \rho_t\, \hat\lambda(\text{chunk}),
+
+    for N_k (so rho_k = alpha + N_k), E[kappa_k] r_k (so R_k = E[kappa_k] r_k + C0 mu0) and
+    delta_k = E[mu_k] . r_k (E[mu_k] after the q(mu) step); then q(kappa_k) by the scheme from
+    (N_k, delta_k) and the empirical Bayes updates (``empirical_bayes``, traced), as in
+    :func:`vi_step`. With one chunk holding all the rows and rho_t = 1 this is one VI
+    iteration.
+
+    Parameters
+    ----------
+    state : StreamState
+    data : bayesvmf._parallel.RowBlocks
+        The chunk, padded to a bucket size (:func:`bayesvmf._parallel.row_blocks`); on a
+        mesh of devices each device takes the local step of its rows and the statistics are
+        added over devices (``psum``). Rows are counted by their weights, never by
+        ``data.n_samples`` (:meth:`~bayesvmf._parallel.RowBlocks.counted_by_weight`).
+    step_size, scale : float64 scalars
+        rho_t and n / m.
+    empirical_bayes : bool scalar
+    scheme, num_samples, num_warmup, num_steps : static, as in :func:`vi_step`.
+
+    Returns
+    -------
+    state : StreamState
+    bound : jax.Array
+        Estimate of the bound per row: :func:`elbo` at the new global factors with the
+        chunk's q(z) statistics scaled by n / m, divided by n.
+    accept_rate : jax.Array of shape (K,)
+    """
+    _mixture.count_trace("bayesian.svi_step")
+    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps)
+    return _parallel.map_blocks(
+        functools.partial(_svi_step_body, cfg=cfg),
+        (state, step_size, scale, empirical_bayes),
+        data,
+    )
+
+
+def _svi_step_body(args, data, *, cfg):
+    """Body of :func:`svi_step` on one block of rows (see map_blocks)."""
+    state, step_size, scale, empirical_bayes = args
+    d = data.shape[1]
+    post, priors = state.post, state.priors
+    a_gamma = special.mean_resultant_length(d, post.gamma)
+    wlp = _log_resp_unnormalised(data, post, a_gamma)
+    log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
+    resultant, resp_sum, entropy = _statistics(data, log_resp)
+
+    def move(old, estimate):
+        return (1.0 - step_size) * old + step_size * estimate
+
+    big_n = move(state.resp_sum, scale * resp_sum)
+    natural = move(state.natural, scale * post.kappa.mean_kappa[:, None] * resultant)
+    rho = priors.alpha + big_n
+    psi, gamma = _update_mu(natural, priors)
+    a_gamma = special.mean_resultant_length(d, gamma)
+    dot = move(state.dot, scale * a_gamma * jnp.sum(psi * resultant, axis=-1))
+    kappa, accept, priors = _update_kappa_priors(
+        state.key,
+        post.kappa,
+        big_n,
+        dot,
+        rho,
+        a_gamma[:, None] * psi,
+        priors,
+        cfg,
+        empirical_bayes,
+    )
+    post = Posterior(rho, psi, gamma, kappa)
+    stats = Statistics(scale * resultant, scale * resp_sum, scale * entropy)
+    (real_rows,) = _parallel.sum_over_blocks(data, jnp.sum(data.row_weight))
+    n = scale * real_rows
+    bound = elbo(post, stats, priors, d, a_gamma) / n
+    return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept
+
+
+@functools.partial(
+    jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
+)
+def _init_labels(keys, data, n_components: int, init: str):
+    """Crisp labels of every restart: closest seed by cosine (random rows or k-means++)."""
+    _mixture.count_trace("bayesian.init_labels")
+
+    def one(key):
+        mu = _mixture.INIT_METHODS[init](key, data, n_components)
+        return jnp.argmax(_mixture.data_dot(data, mu.T), axis=1)
+
+    return jax.vmap(one)(keys)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
+)
+def _seed_statistics(keys, data, n_components: int, init: str):
+    """(r_k, N_k) of every restart's crisp assignment to its seeds, shapes (B, K, d), (B, K).
+
+    The seeds and the assignment of :func:`_init_labels` (the same draws), computed on row
+    blocks as well: each device assigns its own rows, the sums are added over devices.
+    """
+    _mixture.count_trace("bayesian.seed_statistics")
+
+    def body(keys, data):
+        def one(key):
+            mu = _parallel.INIT_METHODS[init](key, data, n_components)
+            return _parallel.crisp_statistics(data, mu)
+
+        return jax.vmap(one)(keys)
+
+    return _parallel.map_blocks(body, keys, data)
+
+
+@functools.partial(jax.jit, static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)
+def _label_statistics(labels, data, n_components: int):
+    """(r_k, N_k) of one crisp labelling (n,) of plain data."""
+    _mixture.count_trace("bayesian.label_statistics")
+    return _mixture.resultants(data, jax.nn.one_hot(labels, n_components, dtype=jnp.float64))
+
+
+@functools.partial(jax.jit, static_argnames="scheme", compiler_options=_mixture.JIT_OPTIONS)
+def _init_state(resultant, resp_sum, keys, priors: Priors, scheme: str):
+    """VIState of every restart from the statistics of its crisp assignment, (B, K, d), (B, K).
+
+    q(z) is the one-hot assignment; q(kappa) starts at the classical per-component estimate
+    (A_d(kappa_k) = |r_k| / N_k), exp(m) for an empty component; q(pi), q(mu) are set by the
+    first iteration.
+    """
+    _mixture.count_trace("bayesian.init_state")
+    n_components, d = resultant.shape[1:]
+
+    def one(resultant, resp_sum, key, pri):
+        stats = Statistics(resultant, resp_sum, jnp.zeros((), jnp.float64))
+        rbar = jnp.linalg.norm(stats.resultant, axis=-1) / jnp.maximum(stats.resp_sum, 1.0)
+        kappa0, _ = _mixture.solve_kappa(d, rbar, _eb.C0_MAX)
+        kappa0 = jnp.where((stats.resp_sum > 0) & (kappa0 > 0), kappa0, jnp.exp(pri.m))
+        kstate = _kappa.initial_kappa_state(kappa0, scheme)
+        moments = KappaMoments(
+            mean_kappa=kappa0,
+            mean_log_c=_mixture.log_normalizer(d, kappa0),
+            mean_log_kappa=jnp.log(kappa0),
+            var_log_kappa=jnp.full_like(kappa0, 0.01),
+            state=kstate,
+        )
+        post = Posterior(
+            rho=pri.alpha + stats.resp_sum,
+            psi=jnp.zeros((n_components, d), jnp.float64),
+            gamma=jnp.zeros(n_components, jnp.float64),
+            kappa=moments,
+        )
+        return VIState(
+            post,
+            stats,
+            pri,
+            key,
+            jnp.array(-jnp.inf, jnp.float64),
+            jnp.ones(n_components),
+            jnp.zeros((), jnp.int64),
+            jnp.zeros((), bool),
+        )
+
+    return jax.vmap(one)(resultant, resp_sum, keys, priors)
+
+
+@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+def _weighted_log_resp(data, rho, psi, gamma, mean_kappa, mean_log_c):
+    _mixture.count_trace("bayesian.log_resp")
+    return _log_resp_rows((rho, psi, gamma, mean_kappa, mean_log_c), data)
+
+
+def _log_resp_rows(params, data):
+    """Log lambda_ik + const of the rows of plain data (or of one block, :func:`map_rows`)."""
+    rho, psi, gamma, mean_kappa, mean_log_c = params
+    kappa = KappaMoments(mean_kappa, mean_log_c, mean_log_c, mean_log_c, mean_log_c)
+    a_gamma = special.mean_resultant_length(data.shape[1], gamma)
+    return _log_resp_unnormalised(data, Posterior(rho, psi, gamma, kappa), a_gamma)
+
+
+@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+def _log_predictive(data, rho, psi, gamma, kappa_draws, log_draw_weights):
+    """Log posterior predictive per row (:meth:`BayesianVMFMixture.score_samples`)."""
+    _mixture.count_trace("bayesian.log_predictive")
+    d = data.shape[1]
+    cosines = _mixture.data_dot(data, psi.T)  # (n, K)
+    kappa = kappa_draws[:, None, :]  # (S, 1, K)
+    norm_sq = kappa**2 + gamma**2 + 2.0 * kappa * gamma * cosines[None]
+    norm = jnp.sqrt(jnp.maximum(norm_sq, 0.0))
+    log_c = _mixture.log_normalizer(d, jnp.append(kappa_draws, gamma[None], axis=0))
+    terms = (
+        log_c[:-1, None, :]
+        + log_c[-1]
+        - _mixture.log_normalizer(d, norm)
+        + log_draw_weights[:, None, None]
+        + jnp.log(rho / jnp.sum(rho))
+    )
+    return logsumexp(terms, axis=(0, 2))
+
+
+# --------------------------------------------------------------------------------------------
+# The estimator
+# --------------------------------------------------------------------------------------------

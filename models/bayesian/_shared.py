@@ -1,0 +1,448 @@
+"""Pieces shared by the Bayesian family, most of them by H- and T-vMFmix (secs. 3.1-3.3 of [1]_).
+
+The vMF factor q(mu) = vMF(psi, gamma) (its mean, entropy, natural parameter and the
+closed-form predictive integral), rows over devices (per-row arrays laid out like the row
+blocks), the constructor constraints both estimators share, the initial kappa estimates,
+the restart loop with its convergence test, and draws from q for ArviZ. Derivations:
+docs/bayesian_hierarchical_temporal.md.
+
+References
+----------
+.. [1] S. Gopal and Y. Yang, "Von Mises-Fisher clustering models", ICML 2014, 154-162.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from numbers import Integral, Real
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.scipy.special import logsumexp
+from jax.sharding import PartitionSpec as P
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from bayesvmf import _mixture, _parallel, special
+from bayesvmf._base import RANDOM_STATE, check_count, make_key
+from bayesvmf._mixture import count_trace
+from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models.bayesian import _empirical_bayes as _eb
+from bayesvmf.models.bayesian import _kappa
+
+#: The static arguments of the jitted VI steps of H- and T-vMFmix.
+STATIC_ARGNAMES = ("scheme", "empirical_bayes", "num_samples", "num_steps")
+
+#: Gauss-Hermite nodes of the log-normal q(kappa) in the predictive density (see
+#: :func:`predictive_log_density`). The integrand log kappa -> C_d(kappa) C_d(gamma) /
+#: C_d(|kappa x + gamma psi|) is smooth; 20 nodes integrate it to ~1e-10 relative in the
+#: tests' settings.
+N_QUADRATURE = 20
+
+#: Smallest concentration used when initial estimates are 0 (uniform); log kappa must exist.
+KAPPA_FLOOR = 1e-2
+
+
+# --------------------------------------------------------------------------------------------
+# Pieces shared with the temporal model
+# --------------------------------------------------------------------------------------------
+
+
+def mean_direction(d: int, psi, gamma):
+    """Return E[mu] = A_d(gamma) psi under q(mu) = vMF(psi, gamma) (any batch shape)."""
+    return special.mean_resultant_length(d, gamma)[..., None] * psi
+
+
+def vmf_entropy(d: int, gamma):
+    """Return H[vMF(., gamma)] = -log C_d(gamma) - gamma A_d(gamma)."""
+    return -_mixture.log_normalizer(d, gamma) - gamma * special.mean_resultant_length(d, gamma)
+
+
+def vmf_from_natural(R, psi_old):
+    """Return (psi, gamma) = (R/|R|, |R|); keep the old direction where R = 0 (uniform q)."""
+    norm = jnp.linalg.norm(R, axis=-1)
+    safe = jnp.where(norm > 0, norm, 1.0)[..., None]
+    return jnp.where((norm > 0)[..., None], R / safe, psi_old), norm
+
+
+def quadrature_log_kappa(mean_log_kappa, var_log_kappa):
+    """Return Gauss-Hermite nodes kappa_j (..., Q) and log weights (Q,) of LogNormal(a, b)."""
+    t, w = np.polynomial.hermite.hermgauss(N_QUADRATURE)
+    log_kappa = mean_log_kappa[..., None] + jnp.sqrt(2.0 * var_log_kappa)[..., None] * t
+    return jnp.exp(log_kappa), jnp.asarray(np.log(w / np.sqrt(np.pi)))
+
+
+def predictive_log_density(d: int, cos, gamma, mean_log_kappa, var_log_kappa):
+    r"""Return log int int vMF(x | mu, kappa) q(mu) q(kappa) dmu dkappa per row and component.
+
+    The integral over q(mu) = vMF(psi, gamma) is closed form (vMF conjugacy),
+
+    .. math::
+
+        \int \mathrm{vMF}(x \mid \mu, \kappa)\, \mathrm{vMF}(\mu \mid \psi, \gamma)\, d\mu
+        = \frac{C_d(\kappa) C_d(\gamma)}{C_d(\lVert \kappa x + \gamma \psi \rVert)},
+        \quad \lVert \kappa x + \gamma\psi \rVert^2 = \kappa^2 + \gamma^2
+        + 2\kappa\gamma\, x^\top\psi,
+
+    and the integral over q(kappa) = LogNormal(a, b) uses ``N_QUADRATURE`` Gauss-Hermite
+    nodes in log kappa (in log space, a logsumexp).
+
+    Parameters
+    ----------
+    d : int
+    cos : jax.Array of shape (n, K)
+        x_i . psi_k.
+    gamma : jax.Array of shape (K,) or (n, K)
+        Concentration of q(mu) (per row when the rows have different q, as in T-vMFmix).
+    mean_log_kappa, var_log_kappa : jax.Array of shape (K,)
+
+    Returns
+    -------
+    jax.Array of shape (n, K)
+    """
+    kappa, log_w = quadrature_log_kappa(mean_log_kappa, var_log_kappa)  # (K, Q)
+    log_c_kappa = _mixture.log_normalizer(d, kappa)  # (K, Q)
+    gamma = gamma[..., None]  # (K, 1) or (n, K, 1)
+    sq = kappa**2 + gamma**2 + 2.0 * kappa * gamma * cos[..., None]
+    norm = jnp.sqrt(jnp.maximum(sq, 0.0))
+    terms = log_c_kappa + _mixture.log_normalizer(d, gamma) - _mixture.log_normalizer(d, norm)
+    return logsumexp(terms + log_w, axis=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# The variational state and the step
+# --------------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------
+# Rows over devices (devices=): statistics of row blocks, per-row arrays laid out alike
+# --------------------------------------------------------------------------------------------
+
+
+def is_sharded(data) -> bool:
+    """Return whether ``data`` is row blocks on a mesh of devices (outside ``shard_map``)."""
+    return (
+        isinstance(data, _parallel.RowBlocks) and data.mesh is not None and data.axis_name is None
+    )
+
+
+def map_row_blocks(fn, replicated, data, *rows, per_row: bool = False):
+    """:func:`bayesvmf._parallel.map_blocks` with per-row arrays sharded along with the rows.
+
+    Calls ``fn(replicated, data, *rows)``: on row blocks on a mesh, once per device under
+    ``shard_map`` with the view of that device's block and its slice of every array of
+    ``rows`` (laid out by :func:`row_array`); otherwise directly. The outputs are the same
+    on every device (statistics that ``fn`` sums with ``psum``) or, with ``per_row``, one
+    leading entry per row of the block (rows in global order, padding rows included).
+    """
+    if not is_sharded(data):
+        return fn(replicated, data, *rows)
+    n_samples = data.n_samples
+
+    def local(replicated, block, weight, *rows):
+        view = _parallel.RowBlocks(block, weight, n_samples, None, _parallel.AXIS)
+        return fn(replicated, view, *rows)
+
+    return jax.shard_map(
+        local,
+        mesh=data.mesh,
+        in_specs=(P(), P(_parallel.AXIS), P(_parallel.AXIS)) + (P(_parallel.AXIS),) * len(rows),
+        out_specs=P(_parallel.AXIS) if per_row else P(),
+        # the host callback of the "scipy" kernel carries no replication type
+        check_vma=False,
+    )(replicated, data.data, data.row_weight, *rows)
+
+
+def row_array(values, data) -> jax.Array:
+    """Return per-row host ``values`` (n, ...) as a device array laid out like ``data``'s rows.
+
+    For row blocks: padded with zeros to the blocks' rows (the padding rows weigh 0) and
+    sharded over their mesh like the rows; for plain data: the array as it is.
+    """
+    values = np.asarray(values)
+    if not isinstance(data, _parallel.RowBlocks):
+        return jnp.asarray(values)
+    padded = np.zeros((data.row_weight.shape[0], *values.shape[1:]), values.dtype)
+    padded[: values.shape[0]] = values
+    return _parallel.place({"rows": padded}, data.mesh)["rows"]
+
+
+def host_rows(values, data) -> np.ndarray:
+    """Return per-row output of :func:`map_row_blocks` (``per_row``) as a host (n, ...) array."""
+    if is_sharded(data):
+        # every process gets every row (several hosts: shards of other processes too)
+        values = multihost_utils.process_allgather(values, tiled=True)
+    return np.asarray(values)[: data.shape[0]]
+
+
+def fit_data(Xc, devices: list | None):
+    """Return checked data on the device: plain, or one row block per device."""
+    if devices is None:
+        return _mixture.to_device(Xc)
+    return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
+
+
+@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+def _row_sum_blocks(data):
+    """sum_i x_i of row blocks (padding rows weigh 0), added over the devices."""
+    count_trace("hierarchical.row_sum")
+
+    def body(_, data):
+        total = _mixture.data_tdot(data.data, data.row_weight[:, None])[:, 0]
+        return _parallel.sum_over_blocks(data, total)[0]
+
+    return _parallel.map_blocks(body, jnp.zeros(()), data)
+
+
+# --------------------------------------------------------------------------------------------
+# Estimator
+# --------------------------------------------------------------------------------------------
+
+
+#: A finite number > 0, >= 0, and any finite number (open ends at infinity: an infinite
+#: concentration or variance is refused, as a NaN is).
+POSITIVE = Interval(Real, 0.0, np.inf, closed="neither")
+NONNEGATIVE = Interval(Real, 0.0, np.inf, closed="left")
+FINITE = Interval(Real, -np.inf, np.inf, closed="neither")
+
+
+def check_direction(mu0, name: str = "mu0") -> None:
+    """Refuse a prior direction that is not None or a 1-D array of finite numbers."""
+    if mu0 is None:
+        return
+    arr = np.asarray(mu0)
+    if arr.ndim != 1 or arr.dtype.kind not in "iuf" or not np.all(np.isfinite(arr)):
+        raise ValueError(
+            f"{name} must be None or a 1-D finite array of n_features values (normalised to "
+            f"unit norm); got {mu0!r}."
+        )
+
+
+#: constructor arguments shared by the hierarchical and the temporal estimators
+#: (scikit-learn constraints; ``mu0`` is checked in full by :func:`check_direction`)
+SHARED_CONSTRAINTS: dict[str, Any] = {
+    "kappa_update": [StrOptions(set(_kappa.SCHEMES))],
+    "alpha": [POSITIVE],
+    "mu0": [None, "array-like"],
+    "C0": [POSITIVE],
+    "m": [FINITE, None],
+    "s2": [POSITIVE],
+    "empirical_bayes": ["boolean"],
+    "init": [StrOptions({"random", "spherical-kmeans++"})],
+    "n_init": [Interval(Integral, 1, None, closed="left")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "tol": [NONNEGATIVE],
+    "kappa_num_samples": [Interval(Integral, 1, None, closed="left")],
+    "kappa_num_steps": [Interval(Integral, 1, None, closed="left")],
+    "normalize": ["boolean"],
+    "random_state": RANDOM_STATE,
+    "progress_bar": ["boolean"],
+    "devices": _parallel.DevicesOption(),
+}
+
+
+def resolve_mu0(mu0, mean_direction_of_data, n_features, name="mu0"):
+    """Return the unit prior direction: the data mean direction when ``mu0`` is None."""
+    if mu0 is None:
+        return np.asarray(mean_direction_of_data, np.float64)
+    arr = np.asarray(mu0, np.float64)
+    if arr.shape != (n_features,):
+        raise ValueError(f"{name} must have shape ({n_features},); got {arr.shape}.")
+    norm = np.linalg.norm(arr)
+    if norm == 0:
+        raise ValueError(f"{name} must not be the zero vector.")
+    return arr / norm
+
+
+def data_mean_direction(data) -> np.ndarray:
+    """Return the direction of sum_i x_i (the first basis vector if it is zero)."""
+    if isinstance(data, _parallel.RowBlocks):
+        total = np.asarray(_row_sum_blocks(data))
+    else:
+        total = np.asarray(_mixture.data_tdot(data, jnp.ones((data.shape[0], 1)))[:, 0])
+    norm = np.linalg.norm(total)
+    if norm == 0:
+        total, norm = np.eye(data.shape[1])[0], 1.0
+    return total / norm
+
+
+def progress(enabled, total, desc):
+    """Return a tqdm bar when ``enabled``, else None (library code never prints otherwise)."""
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=False)
+
+
+def initial_kappa(d, rbar):
+    """Concentration estimates A_d^{-1}(rbar) (full-precision solve), floored at KAPPA_FLOOR."""
+    kappa = special.kappa_from_rbar(d, jnp.clip(jnp.asarray(rbar, jnp.float64), 0.0, 1 - 1e-12))
+    return np.maximum(np.asarray(kappa), KAPPA_FLOOR)
+
+
+def kappa_moments_at(d, kappa, scheme) -> Any:
+    """KappaMoments of a point value of kappa (the start of the first kappa update)."""
+    kappa = jnp.asarray(kappa, jnp.float64)
+    return _kappa.KappaMoments(
+        mean_kappa=kappa,
+        mean_log_c=_mixture.log_normalizer(int(d), kappa),
+        mean_log_kappa=jnp.log(kappa),
+        var_log_kappa=jnp.full_like(kappa, 0.01),
+        state=_kappa.initial_kappa_state(kappa, scheme),
+    )
+
+
+def update_kappa_priors(
+    rng_key, state, weight, dot, top_means, *, scheme, empirical_bayes, num_samples, num_steps
+):
+    """Update q(kappa) and, with ``empirical_bayes``, the priors; return the new state.
+
+    The last two updates of an H- or T-vMFmix iteration (sec. 3.1.1 and 3.1.3 of [1]_):
+    q(kappa) by the scheme of :mod:`._kappa` from its ``weight`` and ``dot``, then alpha
+    (from q(pi)), mu0 (the direction of ``top_means``, the E[mu] the prior vMF(mu0, C0)
+    generates: the root's, or every cluster's at the first time step) and (m, s2) from the
+    moments of log kappa. C0 stays the user's (docs/bayesian_hierarchical_temporal.md).
+    ``state`` is an HState or a TState (fields ``kappa``, ``priors``, ``rho``).
+    """
+    p = state.priors
+    kappa, _ = _kappa.update(
+        scheme,
+        rng_key,
+        state.kappa.state,
+        weight,
+        dot,
+        p.m,
+        p.s2,
+        d=top_means.shape[-1],
+        num_samples=num_samples,
+        num_warmup=0,
+        num_steps=num_steps,
+    )
+    if empirical_bayes:  # a static switch: fits with and without it are two programs
+        alpha = _eb.update_alpha(p.alpha, state.rho)
+        mu0, _ = _eb.update_mu0(top_means, p.mu0)
+        m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
+        p = p._replace(alpha=alpha, mu0=mu0, m=m, s2=s2)
+    return state._replace(kappa=kappa, priors=p)
+
+
+def fit_restarts(estimator, rng_key, n: int, start, step, desc: str):
+    """Run ``estimator.n_init`` restarts of a VI loop; return the kept (state, bounds, converged).
+
+    Each restart splits its key into an initialisation key, given to ``start(key)`` which
+    returns (state, q(z) statistics), and one key per iteration, given to
+    ``step(key, state, stats)`` which returns (state, stats, info) with the bound
+    ``info.lower_bound``. A restart stops when its bound changes by at most
+    ``estimator.tol * n`` (``n`` rows) or after ``estimator.max_iter`` iterations. The first
+    restart within ``tol * n`` of the best final bound is kept
+    (:func:`bayesvmf._mixture.best_run`): restarts that reach one optimum tie to rounding,
+    which must not decide between them (one device or several). Warns
+    (:class:`~bayesvmf.exceptions.ConvergenceWarning`) when the kept restart did not converge.
+    """
+    runs = []
+    n_init, max_iter, tol = estimator.n_init, estimator.max_iter, estimator.tol
+    for r, run_key in enumerate(jax.random.split(rng_key, n_init)):
+        init_key, loop_key = jax.random.split(run_key)
+        state, stats = start(init_key)
+        bounds, converged = [], False
+        bar = progress(estimator.progress_bar, max_iter, f"{desc} {r + 1}/{n_init}")
+        for key in jax.random.split(loop_key, max_iter):
+            state, stats, info = step(key, state, stats)
+            bounds.append(float(info.lower_bound))
+            if bar is not None:
+                bar.update()
+            if len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= tol * n:
+                converged = True
+                break
+        if bar is not None:
+            bar.close()
+        runs.append((state, bounds, converged))
+    state, bounds, converged = runs[_mixture.best_run([run[1][-1] for run in runs], tol * n)]
+    if not converged:
+        # one frame deeper than a call from _fit: the warning points at the caller of fit
+        warn_not_converged(type(estimator).__name__, n_init, max_iter, bounds, n, tol, stacklevel=6)
+    return state, bounds, converged
+
+
+def store_fit(estimator, state, bounds, converged) -> None:
+    """Set the fitted attributes H- and T-vMFmix share: q(pi), the priors and the bounds."""
+    rho = np.asarray(state.rho)
+    estimator.dirichlet_ = rho
+    estimator.weights_ = rho / rho.sum()
+    p = state.priors
+    estimator.alpha_ = float(p.alpha)
+    estimator.mu0_ = np.asarray(p.mu0)
+    estimator.C0_ = float(p.C0)
+    estimator.m_ = float(p.m)
+    estimator.s2_ = float(p.s2)
+    estimator.lower_bounds_ = np.asarray(bounds)
+    estimator.lower_bound_ = float(bounds[-1])
+    estimator.n_iter_ = len(bounds)
+    estimator.converged_ = bool(converged)
+
+
+def warn_not_converged(name, n_init, max_iter, bounds, n, tol, stacklevel=5):
+    """Warn (ConvergenceWarning) that the kept restart did not converge."""
+    change = abs(bounds[-1] - bounds[-2]) / n if len(bounds) > 1 else np.inf
+    warnings.warn(
+        f"{name}: the best of {n_init} restarts did not converge in max_iter={max_iter} "
+        f"iterations (last bound change {change:.3g} per row > tol={tol}); increase "
+        "max_iter or tol (with kappa_update='sampling' the bound is a noisy Monte Carlo "
+        "estimate: use a looser tol or more kappa_num_samples).",
+        ConvergenceWarning,
+        stacklevel=stacklevel,
+    )
+
+
+def q_to_arviz(params, num_draws, random_state, coords, dims, constant_data=None):
+    """Return :func:`draw_from_q` of ``params`` as ``arviz.InferenceData`` (one chain).
+
+    ``params`` = (psi, gamma, mean_log_kappa, var_log_kappa, rho); ``coords``, ``dims`` and
+    ``constant_data`` as :func:`arviz.from_dict` takes them.
+    """
+    import arviz as az
+
+    draws = draw_from_q(*params, num_draws, random_state)
+    return az.from_dict(
+        posterior={name: v[None] for name, v in draws.items()},
+        coords=coords,
+        dims=dims,
+        **({} if constant_data is None else {"constant_data": constant_data}),
+    )
+
+
+def draw_from_q(psi, gamma, mean_log_kappa, var_log_kappa, rho, num_draws, random_state):
+    """Draw mu ~ vMF(psi, gamma), kappa ~ LogNormal, weights ~ Dir(rho) (host arrays).
+
+    The vMF batch is flattened and padded to a power of two (at least 16), so models of
+    similar size share one compilation of the rejection sampler.
+    """
+    from bayesvmf.distribution import VonMisesFisher
+
+    check_count(num_draws, "num_draws")
+    psi = np.asarray(psi, np.float64)
+    batch, d = psi.shape[:-1], psi.shape[-1]
+    flat_psi, flat_gamma = psi.reshape(-1, d), np.asarray(gamma, np.float64).ravel()
+    size = max(16, 1 << int(np.ceil(np.log2(flat_psi.shape[0]))))
+    pad = size - flat_psi.shape[0]
+    flat_psi = np.concatenate([flat_psi, np.tile(flat_psi[:1], (pad, 1))])
+    flat_gamma = np.concatenate([flat_gamma, np.tile(flat_gamma[:1], pad)])
+    with jax.enable_x64(True):
+        k_mu, k_kappa, k_pi = jax.random.split(make_key(random_state), 3)
+        mu = VonMisesFisher(jnp.asarray(flat_psi), jnp.asarray(flat_gamma)).sample(
+            k_mu, (num_draws,)
+        )
+        mu = np.asarray(mu)[:, : size - pad].reshape(num_draws, *batch, d)
+        log_kappa = jnp.asarray(mean_log_kappa) + jnp.sqrt(
+            jnp.asarray(var_log_kappa)
+        ) * jax.random.normal(k_kappa, (num_draws, *np.shape(mean_log_kappa)))
+        weights = jax.random.dirichlet(k_pi, jnp.asarray(rho), (num_draws,))
+        return {
+            "mu": mu,
+            "kappa": np.asarray(jnp.exp(log_kappa)),
+            "weights": np.asarray(weights),
+        }

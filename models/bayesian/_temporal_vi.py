@@ -1,0 +1,342 @@
+r"""Temporal vMF mixture (T-vMFmix, section 3.3 of Gopal & Yang [1]_) by mean-field VI.
+
+Generative story: K clusters whose mean directions drift over T time steps,
+
+    pi ~ Dir(alpha),  kappa_k ~ LogNormal(m, s2),
+    mu_{0,k} ~ vMF(mu_{-1}, C0),  mu_{t,k} ~ vMF(mu_{t-1,k}, C0)  (t = 1..T-1),
+    z_{t,i} ~ Cat(pi),  x_{t,i} ~ vMF(mu_{t,z_{t,i}}, kappa_{z_{t,i}}),
+
+with kappa_k and pi shared over time (times are numbered from 0 here, from 1 in [1]_).
+
+Inference: q(pi) = Dir(rho), q(z_{t,i}) = Cat(lam), q(mu_{t,k}) = vMF(psi_tk, gamma_tk),
+q(kappa_k) from :mod:`._kappa`; empirical Bayes of alpha, mu_{-1}, m, s2 (C0 is a user
+setting, as [1]_ recommends). Derivations (the supplement is missing):
+docs/bayesian_hierarchical_temporal.md.
+
+*Bound.* With E[mu_tk] = A_d(gamma_tk) psi_tk, N_tk = sum_{i at t} lam_ik and
+r_tk = sum_{i at t} lam_ik x_i,
+
+    L = sum_k [T log C_d(C0) + C0 mu_{-1}.E[mu_0k] + C0 sum_{t>=1} E[mu_{t-1,k}].E[mu_tk]]
+        + sum_k (N_k E[log C_d(kappa_k)] + E[kappa_k] sum_t E[mu_tk].r_tk)
+        + (Dirichlet terms of q(pi), as in H-vMFmix) - sum_k KL(q(log kappa_k) || N(m, s2))
+        + sum_tk H[q(mu_tk)] + H[q(z)],
+
+with N_k = sum_t N_tk. Mean-field independence makes each chain term bilinear,
+E[mu_{t-1}.mu_t] = E[mu_{t-1}].E[mu_t].
+
+*Updates* (exact coordinate maximisers of L):
+
+* q(z): log lam_{t,ik} = E[log pi_k] + E[log C_d(kappa_k)] + E[kappa_k] x_{t,i}.E[mu_tk];
+* q(mu_tk) = vMF(R_tk/|R_tk|, |R_tk|),
+  R_tk = C0 E[mu_{t-1,k}] + C0 E[mu_{t+1,k}] + E[kappa_k] r_tk (mu_{-1} in place of
+  E[mu_{-1,k}] at t = 0; no next term at t = T-1). The neighbours enter through their
+  *means* E[mu] = A_d(gamma) psi, not their modes psi: a neighbour known only vaguely pulls
+  less. Even times are updated first, then odd times (no two times of one class are
+  neighbours, so each class update is exact);
+* q(kappa_k): :mod:`._kappa` with weight_k = N_k, dot_k = sum_t E[mu_tk].r_tk;
+* q(pi): rho_k = alpha + N_k; empirical Bayes (:mod:`._empirical_bayes`): alpha
+  (safeguarded Newton), mu_{-1} the direction of
+  sum_k E[mu_0k], (m, s2) the Gaussian MLE of the log kappa moments.
+
+A time step without data is allowed: its r_tk = 0 and q(mu_tk) interpolates between the
+neighbouring steps through the C0 terms.
+
+*Prediction.* Inside the fitted range, the predictive density of x at time t integrates
+q(mu_tk) in closed form (see :func:`._shared.predictive_log_density`). Beyond the last
+fitted time T-1, by h >= 1 steps, mu_{T-1+h,k} = h vMF(., C0) steps from mu_{T-1,k} ~ q. The
+paper's closed form int vMF(x | mu, k) vMF(mu | m, C0) dmu = C_d(k) C_d(C0) / C_d(|k x + C0 m|)
+is for a known m; chained through q(mu_{T-1,k}) the law of mu_{T-1+h,k} is not vMF, and it is
+replaced by the vMF with the same mean direction and mean resultant length: E[mu_{t+1}] =
+A_d(C0) E[mu_t] exactly, so A_d(gamma_h) = A_d(gamma_{T-1,k}) A_d(C0)^h. With a certain
+q(mu_{T-1}) (gamma -> inf) and h = 1 this is exactly the paper's formula. Its error against
+the exact chained integral (Monte Carlo) is measured in tests/test_bayesian_temporal.py.
+
+Symbols (code name <-> paper):
+
+====================  ======================================================================
+``times``             time index t of each row, 0..T-1
+``psi, gamma``        q(mu_tk) = vMF(psi_tk, gamma_tk), shapes (T, K, d), (T, K)
+``rho``               q(pi) = Dir(rho), shape (K,)
+``resp_sum``          N_tk, shape (T, K)
+``resultant``         r_tk, shape (T, K, d)
+``mu0, C0``           mu_{-1} and C0 of the chain
+``m, s2``             log-normal prior of kappa_k
+====================  ======================================================================
+
+References
+----------
+.. [1] S. Gopal and Y. Yang, "Von Mises-Fisher clustering models", ICML 2014, 154-162.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+
+from bayesvmf import _mixture, _parallel, special
+from bayesvmf._mixture import count_trace
+from bayesvmf.models.bayesian import _empirical_bayes as _eb
+from bayesvmf.models.bayesian import _kappa
+from bayesvmf.models.bayesian import _shared as _s
+
+__all__ = ["TState", "TStats", "TInfo", "lower_bound", "e_step", "m_part", "vi_step"]
+
+
+class TState(NamedTuple):
+    """Variational state of T-vMFmix.
+
+    Attributes
+    ----------
+    psi : jax.Array of shape (T, K, d)
+    gamma : jax.Array of shape (T, K)
+    emu : jax.Array of shape (T, K, d)
+        E[mu_tk] = A_d(gamma_tk) psi_tk.
+    rho : jax.Array of shape (K,)
+    kappa : _kappa.KappaMoments
+        Fields of shape (K,).
+    priors : _kappa.Priors
+        alpha, mu0 (= mu_{-1}), C0, m, s2.
+    """
+
+    psi: jax.Array
+    gamma: jax.Array
+    emu: jax.Array
+    rho: jax.Array
+    kappa: Any
+    priors: Any
+
+
+class TStats(NamedTuple):
+    """q(z) statistics: N_tk (T, K), r_tk (T, K, d) and H[q(z)]."""
+
+    resp_sum: jax.Array
+    resultant: jax.Array
+    entropy: jax.Array
+
+
+class TInfo(NamedTuple):
+    """Per-iteration diagnostics: the bound and N_k = sum_t N_tk."""
+
+    lower_bound: jax.Array
+    resp_sum: jax.Array
+
+
+def _chain_terms(emu, mu0):
+    """Return (previous, next) neighbour means of each time step, (T, K, d) each."""
+    prev = jnp.concatenate([jnp.broadcast_to(mu0, emu[:1].shape), emu[:-1]], axis=0)
+    nxt = jnp.concatenate([emu[1:], jnp.zeros_like(emu[:1])], axis=0)
+    return prev, nxt
+
+
+def _update_mu(state: TState, resultant, mask):
+    """Update q(mu_tk) at the times in ``mask`` (T,) (one colour class), R_tk above."""
+    d = state.psi.shape[-1]
+    p = state.priors
+    prev, nxt = _chain_terms(state.emu, p.mu0)
+    R = p.C0 * (prev + nxt) + state.kappa.mean_kappa[None, :, None] * resultant
+    psi, gamma = _s.vmf_from_natural(R, state.psi)
+    psi = jnp.where(mask[:, None, None], psi, state.psi)
+    gamma = jnp.where(mask[:, None], gamma, state.gamma)
+    emu = jnp.where(mask[:, None, None], _s.mean_direction(d, psi, gamma), state.emu)
+    return state._replace(psi=psi, gamma=gamma, emu=emu)
+
+
+def _kappa_inputs(emu, stats: TStats):
+    return stats.resp_sum.sum(axis=0), jnp.sum(emu * stats.resultant, axis=(0, 2))
+
+
+def lower_bound(state: TState, stats: TStats):
+    """Return the bound L of the module docstring."""
+    d = state.psi.shape[-1]
+    p, k = state.priors, state.kappa
+    n_times, n_comp = state.gamma.shape
+    weight, dot = _kappa_inputs(state.emu, stats)
+    prev, _ = _chain_terms(state.emu, p.mu0)
+    log_c = _mixture.log_normalizer(d, jnp.append(state.gamma.ravel(), p.C0))
+    entropy_mu = -log_c[:-1] - state.gamma.ravel() * jnp.linalg.norm(state.emu, axis=-1).ravel()
+    return (
+        n_times * n_comp * log_c[-1]
+        + p.C0 * jnp.sum(prev * state.emu)
+        + jnp.sum(weight * k.mean_log_c + k.mean_kappa * dot)
+        + _eb.dirichlet_terms(state.rho, weight, p.alpha)
+        - jnp.sum(_kappa.kl_normal(k.mean_log_kappa, k.var_log_kappa, p.m, p.s2))
+        + jnp.sum(entropy_mu)
+        + stats.entropy
+    )
+
+
+def _time_onehot(times, n_times):
+    return jax.nn.one_hot(times, n_times, dtype=jnp.float64)
+
+
+def _row_cosines(data, times, M):
+    """x_i . M[t_i, k] for M of shape (T, K, d): one product X @ M^T over all T K columns."""
+    n_times, n_comp, d = M.shape
+    cos = _mixture.data_dot(data, M.reshape(n_times * n_comp, d).T)
+    cos = cos.reshape(-1, n_times, n_comp)
+    return jnp.take_along_axis(cos, times[:, None, None], axis=1)[:, 0, :]
+
+
+def _statistics(data, times, lam, n_times: int, log_lam=None) -> TStats:
+    """N_tk, r_tk and H[q(z)] (0 without ``log_lam``: a crisp q(z)) of the rows' lam (n, K).
+
+    ``data`` is plain data or one device's block of :class:`bayesvmf._parallel.RowBlocks`
+    (inside ``shard_map``, ``times`` its slice): padding rows weigh 0, so they touch no
+    time step's statistics, and the sums are added over the devices (``psum``).
+    """
+    n_comp = lam.shape[1]
+    weighted = lam * data.row_weight[:, None] if isinstance(data, _parallel.RowBlocks) else lam
+    rows = _parallel.block_data(data)
+    onehot = _time_onehot(times, n_times)
+    spread = (onehot[:, :, None] * weighted[:, None, :]).reshape(-1, n_times * n_comp)
+    resultant = _mixture.data_tdot(rows, spread).T.reshape(n_times, n_comp, rows.shape[1])
+    resp_sum = onehot.T @ weighted
+    if log_lam is None:
+        entropy = jnp.zeros((), jnp.float64)
+    else:
+        entropy = -jnp.sum(jnp.where(lam > 0, weighted * log_lam, 0.0))
+    return TStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy))
+
+
+def e_step(data, times, state: TState) -> TStats:
+    """Update q(z); return N_tk, r_tk and H[q(z)] (plain data or a block, :func:`_statistics`)."""
+    k = state.kappa
+    cos = _row_cosines(_parallel.block_data(data), times, state.emu)
+    wlp = _eb.expected_log_pi(state.rho) + k.mean_log_c + k.mean_kappa * cos
+    log_lam = wlp - logsumexp(wlp, axis=1, keepdims=True)
+    return _statistics(data, times, jnp.exp(log_lam), state.psi.shape[0], log_lam)
+
+
+def m_part(
+    rng_key, state: TState, stats: TStats, *, scheme, empirical_bayes, num_samples, num_steps
+):
+    """Update q(pi), q(mu) (even then odd times), q(kappa) and the priors."""
+    p = state.priors
+    weight = stats.resp_sum.sum(axis=0)
+    state = state._replace(rho=p.alpha + weight)
+    even = jnp.arange(state.psi.shape[0]) % 2 == 0
+    for mask in (even, ~even):
+        state = _update_mu(state, stats.resultant, mask)
+    weight, dot = _kappa_inputs(state.emu, stats)
+    return _s.update_kappa_priors(
+        rng_key,
+        state,
+        weight,
+        dot,
+        state.emu[0],
+        scheme=scheme,
+        empirical_bayes=empirical_bayes,
+        num_samples=num_samples,
+        num_steps=num_steps,
+    )
+
+
+def vi_step(
+    rng_key,
+    data,
+    times,
+    state: TState,
+    stats: TStats,
+    *,
+    scheme,
+    empirical_bayes,
+    num_samples,
+    num_steps,
+):
+    """One VI iteration (as in H-vMFmix: the q(z) update closes it).
+
+    With row blocks on a mesh of devices (``devices=``; ``times`` laid out like the rows by
+    :func:`._shared.row_array`) the step runs under ``shard_map``: every device
+    updates q(z) of its rows, the statistics are added with ``psum``, the rest runs
+    replicated.
+    """
+    count_trace("temporal.vi_step")
+    body = functools.partial(
+        _vi_step_body,
+        scheme=scheme,
+        empirical_bayes=empirical_bayes,
+        num_samples=num_samples,
+        num_steps=num_steps,
+    )
+    return _s.map_row_blocks(body, (rng_key, state, stats), data, times)
+
+
+def _vi_step_body(args, data, times, **static):
+    """:func:`vi_step` on plain data or on one device's block of rows."""
+    rng_key, state, stats = args
+    state = m_part(rng_key, state, stats, **static)
+    info = TInfo(lower_bound(state, stats), stats.resp_sum.sum(axis=0))
+    return state, e_step(data, times, state), info
+
+
+_vi_step = jax.jit(
+    vi_step, static_argnames=_s.STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS
+)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("n_times", "n_components", "init"),
+    compiler_options=_mixture.JIT_OPTIONS,
+)
+def _initial_statistics(rng_key, data, times, *, n_times: int, n_components: int, init: str):
+    """TStats of the crisp initial assignment: every row to its closest seed by cosine.
+
+    The seeds are K random rows or spherical k-means++ seeds (the same draws on row blocks,
+    :data:`bayesvmf._parallel.INIT_METHODS`); each device assigns its own rows.
+    """
+    count_trace("temporal.initial_statistics")
+
+    def body(rng_key, data, times):
+        mu = _parallel.INIT_METHODS[init](rng_key, data, n_components)
+        labels = jnp.argmax(_mixture.data_dot(_parallel.block_data(data), mu.T), axis=1)
+        lam = jax.nn.one_hot(labels, n_components, dtype=jnp.float64)
+        return _statistics(data, times, lam, n_times)
+
+    return _s.map_row_blocks(body, rng_key, data, times)
+
+
+def forecast_concentration(d: int, gamma, C0, horizon):
+    """Concentration gamma_h of the vMF with mean resultant A_d(gamma) A_d(C0)^h.
+
+    The law of mu_{t+h} when mu_t ~ vMF(psi, gamma) and each step is vMF(., C0), matched in
+    its mean E[mu_{t+h}] = A_d(C0)^h A_d(gamma) psi (module docstring).
+    """
+    rbar = special.mean_resultant_length(d, gamma) * special.mean_resultant_length(d, C0) ** (
+        horizon
+    )
+    return special.kappa_from_rbar(d, rbar)
+
+
+def _log_predictive(data, times, psi, gamma, mean_log_kappa, var_log_kappa, log_weights, C0):
+    """Log E[pi_k] + log p(x_i | k, t_i) for each row (in-range or forecast, see module doc)."""
+    count_trace("temporal.predictive")
+    n_times = psi.shape[0]
+    d = psi.shape[-1]
+    last = n_times - 1
+    horizon = jnp.maximum(times - last, 0)
+    clipped = jnp.minimum(times, last)
+    cos = _row_cosines(data, clipped, psi)
+    gamma_rows = gamma[clipped]  # (n, K)
+    forecast = forecast_concentration(d, gamma[last][None, :], C0, horizon[:, None])
+    gamma_rows = jnp.where(horizon[:, None] > 0, forecast, gamma_rows)
+    return (
+        _s.predictive_log_density(d, cos, gamma_rows, mean_log_kappa, var_log_kappa) + log_weights
+    )
+
+
+_log_predictive_jit = jax.jit(_log_predictive, compiler_options=_mixture.JIT_OPTIONS)
+
+
+@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+def _log_predictive_blocks(data, times, params):
+    """:func:`_log_predictive` of the rows of row blocks, each device its rows (padded)."""
+
+    def body(params, data, times):
+        return _log_predictive(data.data, times, *params)
+
+    return _s.map_row_blocks(body, params, data, times, per_row=True)
