@@ -53,14 +53,16 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax import lax
 from multipledispatch import dispatch
 from numpyro.distributions import constraints
+from numpyro.distributions.batch_util import _default_vmap_over, vmap_over
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.kl import kl_divergence
-from numpyro.distributions.util import validate_sample
+from numpyro.distributions.util import not_jax_tracer, validate_sample
 
 from bayesvmf import special
 
@@ -132,6 +134,8 @@ class VonMisesFisher(Distribution):
     reparametrized_params = []
 
     def __init__(self, loc, concentration, *, validate_args=None):
+        if validate_args or (validate_args is None and Distribution._validate_args):
+            self._validate_raw_parameters(loc=loc, concentration=concentration)
         loc, concentration = jnp.asarray(loc), jnp.asarray(concentration)
         dtype = jnp.result_type(loc, concentration, 0.0)
         loc, concentration = loc.astype(dtype), concentration.astype(dtype)
@@ -148,8 +152,39 @@ class VonMisesFisher(Distribution):
 
     pytree_aux_fields = ("dimension",)
 
+    def _validate_raw_parameters(self, **params) -> None:
+        """Check the constraints on the parameters as given, before any conversion.
+
+        The converted parameters are tracers when the distribution is built inside
+        ``jax.jit``, so NumPyro's own check (in ``Distribution.__init__``) would skip them;
+        the values given are concrete (NumPy or Python numbers) whenever they are constants
+        of the jitted function, and are checked here as NumPyro's classes check theirs.
+        """
+        with jax.ensure_compile_time_eval():
+            for name, value in params.items():
+                if not not_jax_tracer(value):
+                    continue  # a traced argument: nothing to check at trace time
+                value = np.asarray(value)
+                if not np.issubdtype(value.dtype, np.floating):
+                    value = value.astype(float)
+                if value.ndim < 1 and name == "loc":
+                    continue  # the shape check below names the problem
+                valid = self.arg_constraints[name](value)
+                if not np.all(valid):
+                    raise ValueError(
+                        f"{type(self).__name__} distribution got invalid {name} parameter: "
+                        f"{self._constraint_text[name]}"
+                    )
+
+    _constraint_text = {
+        "loc": "loc must be a unit vector (norm 1 to within 10 sqrt(d) ulp)",
+        "concentration": "concentration must be >= 0 (and not NaN)",
+    }
+
     @staticmethod
-    def infer_shapes(loc=(), concentration=()):
+    def infer_shapes(
+        loc: tuple[int, ...] = (), concentration: tuple[int, ...] = ()
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Return ``(batch_shape, event_shape)`` for parameters of the given shapes.
 
         Parameters
@@ -176,7 +211,7 @@ class VonMisesFisher(Distribution):
         return tuple(batch_shape), loc[-1:]
 
     @validate_sample
-    def log_prob(self, value):
+    def log_prob(self, value) -> jax.Array:
         r"""Log density at ``value``.
 
         .. math::
@@ -204,7 +239,7 @@ class VonMisesFisher(Distribution):
         # a dot product, not multiply-then-sum: 3x faster on CPU (one BLAS-like kernel)
         return log_norm_plus_kappa + kappa * (jnp.vecdot(value, self.loc) - 1.0)
 
-    def sample(self, key, sample_shape=()):
+    def sample(self, key, sample_shape=()) -> jax.Array:
         """Draw samples with Wood's algorithm [1]_ (exact inversion when d = 3).
 
         Parameters
@@ -221,18 +256,18 @@ class VonMisesFisher(Distribution):
         return _sample_vmf(key, self.loc, self.concentration, tuple(sample_shape))
 
     @property
-    def mean(self):
+    def mean(self) -> jax.Array:
         r"""Mean :math:`E[x] = A_d(\kappa) \mu` (section 9.3.2 of [2]_), batch_shape + (d,)."""
         rbar = special.mean_resultant_length(self.dimension, self.concentration)
         return rbar[..., None] * self.loc
 
     @property
-    def mode(self):
+    def mode(self) -> jax.Array:
         r"""Mode :math:`\mu` (any point of the sphere at :math:`\kappa = 0`)."""
         return self.loc
 
     @property
-    def variance(self):
+    def variance(self) -> jax.Array:
         r"""Diagonal of the covariance matrix, shape batch_shape + (d,).
 
         .. math::
@@ -262,7 +297,7 @@ class VonMisesFisher(Distribution):
         isotropic = 1.0 / (d + kappa * a_d2)
         return isotropic[..., None] + (a_d * diff)[..., None] * self.loc**2
 
-    def entropy(self):
+    def entropy(self) -> jax.Array:
         r"""Differential entropy :math:`-\log C_d(\kappa) - \kappa A_d(\kappa)`, batch_shape."""
         d, kappa = self.dimension, self.concentration
         # -(log C + kappa) + kappa (1 - A): two terms of the size of the result, not of kappa
@@ -307,37 +342,70 @@ class SphericalUniform(Distribution):
         super().__init__((), (self.dimension,), validate_args=validate_args)
 
     @staticmethod
-    def infer_shapes(dimension=2):
-        """Return ``((), (dimension,))``."""
+    def infer_shapes(dimension=2) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Return ``((), (dimension,))`` for an integer ``dimension``.
+
+        NumPyro calls ``infer_shapes`` with the *shapes* of the arguments; the event shape
+        ``(d,)`` depends on the value of ``dimension``, not on its shape, so a shape (a
+        tuple) raises ``NotImplementedError``, NumPyro's answer for shapes that cannot be
+        inferred.
+        """
+        if isinstance(dimension, tuple | list):
+            raise NotImplementedError(
+                "SphericalUniform.infer_shapes needs the value of dimension (an int): its "
+                f"event shape (d,) cannot be inferred from the shape {tuple(dimension)} of "
+                "the argument"
+            )
         return (), (int(dimension),)
 
     @validate_sample
-    def log_prob(self, value):
+    def log_prob(self, value) -> jax.Array:
         r"""Log density :math:`-\log |S^{d-1}|` at each unit vector of ``value``."""
         value = jnp.asarray(value)
         dtype = jnp.result_type(value, 0.0)
         log_area = jnp.asarray(special.log_sphere_area(self.dimension), dtype=dtype)
         return jnp.broadcast_to(-log_area, jnp.shape(value)[:-1])
 
-    def sample(self, key, sample_shape=()):
+    def sample(self, key, sample_shape=()) -> jax.Array:
         """Draw uniform unit vectors, shape sample_shape + (d,)."""
         assert key is not None
         shape = tuple(sample_shape) + self.batch_shape + self.event_shape
         return _safe_normalize(jax.random.normal(key, shape))
 
     @property
-    def mean(self):
+    def mean(self) -> jax.Array:
         """Mean, the zero vector."""
         return jnp.zeros(self.batch_shape + self.event_shape)
 
     @property
-    def variance(self):
+    def variance(self) -> jax.Array:
         """Variance of each coordinate, 1/d."""
         return jnp.full(self.batch_shape + self.event_shape, 1.0 / self.dimension)
 
-    def entropy(self):
+    def entropy(self) -> jax.Array:
         r"""Entropy :math:`\log |S^{d-1}|`."""
         return jnp.broadcast_to(special.log_sphere_area(self.dimension), self.batch_shape)
+
+
+# ----------------------------------------------------------------------------------------
+# vmap_over, registered on numpyro.distributions.batch_util.vmap_over
+# ----------------------------------------------------------------------------------------
+
+
+@vmap_over.register
+def _vmap_over_von_mises_fisher(dist: VonMisesFisher, loc=None, concentration=None):
+    """In-axes of a ``VonMisesFisher`` for ``jax.vmap`` (``out_axes`` of a vmapped builder).
+
+    Both parameters are stored broadcast to the batch shape, so a mapped parameter maps
+    both of the stored arrays unless the other is given as ``None`` explicitly by the caller.
+    """
+    return _default_vmap_over(dist, loc=loc, concentration=concentration)
+
+
+@vmap_over.register
+def _vmap_over_spherical_uniform(dist: SphericalUniform):
+    """``SphericalUniform`` has no array parameter: nothing is mapped."""
+    return _default_vmap_over(dist)
 
 
 # ----------------------------------------------------------------------------------------
