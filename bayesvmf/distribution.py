@@ -581,47 +581,73 @@ def _sample_vmf(key, loc, kappa, sample_shape):
 
 
 def _uniform_tangent(key, shape, dimension, dtype):
-    """Uniform unit vectors of R^(d-1) (directions tangent to the sphere at e_1; step 2 of [1]).
+    """Directions of R^(d-1) with a uniform direction (tangent to the sphere at e_1; step 2 of [1]).
 
-    A random sign for d = 2, an angle for d = 3 (one uniform instead of two normals),
-    normalised Gaussians otherwise.
+    A random sign for d = 2, an angle for d = 3 (one uniform instead of two normals), standard
+    Gaussians otherwise: those are not normalised here, :func:`_reflect` divides by their norm.
     """
     if dimension == 2:
         return jnp.where(jax.random.bernoulli(key, 0.5, shape), 1.0, -1.0).astype(dtype)[..., None]
     if dimension == 3:
         angle = (2.0 * jnp.pi) * jax.random.uniform(key, shape, dtype=dtype)
         return jnp.stack([jnp.cos(angle), jnp.sin(angle)], axis=-1)
-    return _safe_normalize(jax.random.normal(key, shape + (dimension - 1,), dtype=dtype))
+    return jax.random.normal(key, shape + (dimension - 1,), dtype=dtype)
+
+
+#: Row sums over a last axis this short are written out as sums of columns (elementwise code,
+#: which fuses freely and has no reduction to miscompile); longer ones are reductions.
+_UNROLLED_SUM_MAX = 16
+
+
+def _row_sums(*pairs):
+    """``sum(a * b, axis=-1)`` for each pair ``(a, b)``, never fused with what uses them.
+
+    Short rows (up to ``_UNROLLED_SUM_MAX``) as an unrolled sum of columns; longer ones as
+    reductions behind one :func:`_unfused` barrier (the reductions share their input and may
+    share a kernel; the elementwise step that uses them may not).
+    """
+    if pairs[0][0].shape[-1] <= _UNROLLED_SUM_MAX:
+        sums = []
+        for a, b in pairs:
+            total = a[..., 0] * b[..., 0]
+            for i in range(1, a.shape[-1]):
+                total = total + a[..., i] * b[..., i]
+            sums.append(total)
+        return tuple(sums)
+    return _unfused(tuple(jnp.sum(a * b, axis=-1) for a, b in pairs))
 
 
 def _reflect(w, sin_w, v, loc):
-    r"""Return :math:`w \mu + \sqrt{1 - w^2}\, v'` by a Householder reflection.
+    r"""Return :math:`w \mu + \sqrt{1 - w^2}\, v / \lVert v \rVert` rotated: a Householder step.
 
     The reflection with :math:`u = e_1 + \sigma \mu`, :math:`\sigma = \operatorname{sign}
     \mu_1` (+1 at :math:`\mu_1 = 0`), maps :math:`-\sigma e_1` onto :math:`\mu`; it is applied
-    to :math:`y = (-\sigma w, \sqrt{1-w^2}\, v)`. Choosing the sign keeps
-    :math:`\lVert u \rVert^2 = 2 (1 + |\mu_1|) \ge 2` (up to rounding of :math:`\lVert\mu\rVert`),
-    so the normaliser never vanishes, including at :math:`\mu = \pm e_1`: this is the
-    reflection of [4]_ with the sign chosen as in a stable QR factorisation. A reflection
-    fixing :math:`\mu` leaves the vMF invariant, so the image of the uniform tangent
-    direction is again uniform.
+    to :math:`y = (-\sigma w, \sqrt{1-w^2}\, \hat v)`, :math:`\hat v = v / \lVert v \rVert`.
+    Choosing the sign keeps :math:`\lVert u \rVert^2 = 2 (1 + |\mu_1|) \ge 2` (up to
+    rounding of :math:`\lVert\mu\rVert`), so the normaliser never vanishes, including at
+    :math:`\mu = \pm e_1`: this is the reflection of [4]_ with the sign chosen as in a
+    stable QR factorisation. A reflection fixing :math:`\mu` leaves the vMF invariant, so
+    the image of the uniform tangent direction is again uniform.
 
-    Written out with :math:`u_1 = 1 + |\mu_1|`, :math:`p = \mu_{2:d}^\top v` and
+    Written out with :math:`u_1 = 1 + |\mu_1|`, :math:`p = \mu_{2:d}^\top \hat v` and
     :math:`k = 2 (\sqrt{1-w^2}\, p - w u_1) / \lVert u\rVert^2`, the image is
-    :math:`x = (\sigma(-w - k u_1),\ \sqrt{1-w^2}\, v - k \mu_{2:d})`: the only
-    reductions are :math:`p` and the two norms, each computed apart from the elementwise
-    step that uses it (:func:`_unfused`), never fused with it.
+    :math:`x = (\sigma(-w - k u_1),\ \sqrt{1-w^2}\, \hat v - k \mu_{2:d})`, of norm
+    :math:`\lVert y \rVert = 1` up to rounding (a reflection is an isometry). The only
+    reductions, :math:`\lVert v \rVert^2`, :math:`\mu_{2:d}^\top v` and
+    :math:`\lVert u \rVert^2`, go through :func:`_row_sums`: jaxlib 0.10.2 miscompiles
+    the fusion of such a reduction with the elementwise step that broadcasts it back (the
+    previous form of this function, see :func:`_unfused`).
     """
     sigma = jnp.where(loc[..., 0] >= 0, 1.0, -1.0).astype(loc.dtype)
     u_1 = 1.0 + jnp.abs(loc[..., 0])
     loc_rest = loc[..., 1:]
-    u_sq = _unfused(u_1 * u_1 + jnp.sum(loc_rest * loc_rest, axis=-1))
-    proj = _unfused(jnp.sum(v * loc_rest, axis=-1))
-    k = 2.0 * (sin_w * proj - w * u_1) / jnp.maximum(u_sq, jnp.finfo(loc.dtype).tiny)
+    (rest_sq,) = _row_sums((loc_rest, loc_rest))
+    u_sq = u_1 * u_1 + rest_sq
+    v_sq, proj = _row_sums((v, v), (v, jnp.broadcast_to(loc_rest, v.shape)))
+    scale = sin_w / jnp.sqrt(jnp.maximum(v_sq, jnp.finfo(v.dtype).tiny))  # sqrt(1 - w^2) / |v|
+    k = 2.0 * (scale * proj - w * u_1) / jnp.maximum(u_sq, jnp.finfo(loc.dtype).tiny)
     first = sigma * (-w - k * u_1)
-    x = jnp.concatenate([first[..., None], sin_w[..., None] * v - k[..., None] * loc_rest], -1)
-    # w^2 + (1 - w^2) |v|^2 = 1 up to rounding; renormalise so |x| = 1 to a few ulp
-    return _safe_normalize(x)
+    return jnp.concatenate([first[..., None], scale[..., None] * v - k[..., None] * loc_rest], -1)
 
 
 def _sample_cosine_d3(key, kappa):
