@@ -458,14 +458,12 @@ def _make_log_bessel_iv(branch):
 
 def _make_log_vmf_normalizer(branch):
     @jax.custom_jvp
-    def log_normalizer(d, kappa):
+    def log_normalizer(d, kappa, log_area):
         nu = 0.5 * d - 1.0
 
         def small(nu):
             # -log|S^{d-1}| - log 0F1(; d/2; kappa^2/4): nu log kappa cancels analytically.
-            series = -log_sphere_area(2.0 * nu + 2.0) - _log_hypergeometric_0f1_minus_one(
-                nu + 1.0, 0.25 * kappa * kappa
-            )
+            series = -log_area - _log_hypergeometric_0f1_minus_one(nu + 1.0, 0.25 * kappa * kappa)
             kappa_safe = jnp.where(kappa > 0, kappa, 1.0)
             recurrence = (
                 nu * jnp.log(kappa_safe) - (nu + 1.0) * _LOG_2PI - _recurrence(nu, kappa)[2]
@@ -473,13 +471,14 @@ def _make_log_vmf_normalizer(branch):
             return jnp.where(kappa <= SERIES_MAX_ARG, series, recurrence)
 
         value = _select(branch, nu, lambda n: _debye(n, kappa)[3], small)
-        return jnp.where(kappa == 0, -log_sphere_area(d), value)
+        return jnp.where(kappa == 0, -log_area, value)
 
     def log_normalizer_jvp(primals, tangents):
-        d, kappa = primals
-        d_dot, kappa_dot = tangents
+        d, kappa, log_area = primals
+        d_dot, kappa_dot, area_dot = tangents
         _check_no_tangent(d_dot, "the dimension d")
-        value = log_normalizer(d, kappa)
+        _check_no_tangent(area_dot, "the dimension d")
+        value = log_normalizer(d, kappa, log_area)
         if isinstance(kappa_dot, SymbolicZero):
             return value, jnp.zeros_like(value)
         # d/dkappa log C_d(kappa) = -A_d(kappa), exactly (no difference of large terms).
@@ -622,8 +621,11 @@ def log_vmf_normalizer(d, kappa):
     True
     """
     branch = _branch_of_order(_order_of(d))
+    # log|S^{d-1}| (the series branch and kappa = 0) on the host for a static d: correctly
+    # rounded, and the same value as log_sphere_area(d), so kappa = 0 is exactly the uniform
+    log_area = log_sphere_area(d)
     d, kappa = _promote(d, kappa)
-    return _LOG_VMF_NORMALIZER[branch](d, kappa)
+    return _LOG_VMF_NORMALIZER[branch](d, kappa, jnp.asarray(log_area, kappa.dtype))
 
 
 def log_vmf_normalizer_plus_kappa(d, kappa):
