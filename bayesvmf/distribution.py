@@ -24,10 +24,14 @@ Symbols (code name: symbol, meaning)
 The parameter names follow NumPyro's ``VonMises`` (``loc``, ``concentration``); elsewhere the
 package writes ``mu`` and ``kappa``.
 
-Precision: in float64, ``log_prob`` is accurate to about
-:math:`\epsilon (|\log C_d(\kappa)| + \kappa)` in absolute terms (the two terms nearly cancel
-near the mode when :math:`\kappa` is large); the moments inherit the relative accuracy of
-:mod:`bayesvmf.special`. In float32 every method stays finite for
+Precision: ``log_prob`` and ``entropy`` are evaluated from :math:`\log C_d(\kappa) + \kappa`
+(:func:`bayesvmf.special.log_vmf_normalizer_plus_kappa`) and :math:`1 - \mu^\top x` or
+:math:`1 - A_d`, so no two terms of size :math:`\kappa` cancel: in float64 they meet scipy's
+published reference values to 1e-14 (log density) and 2e-14 (entropy) relative at
+concentrations up to 5,000 (``tests/test_distribution_reference.py``); what remains is the
+conditioning of the input, :math:`\kappa\, \epsilon` for a point rounded to the working
+precision. The moments inherit the relative accuracy of :mod:`bayesvmf.special`. In float32
+every method stays finite for
 :math:`0 \le \kappa \le 10^7` and :math:`2 \le d \le 10^5`, with absolute ``log_prob`` errors
 of order :math:`10^{-7} \kappa`; use float64 (``jax.enable_x64``) for large :math:`d` or
 :math:`\kappa`.
@@ -53,14 +57,16 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax import lax
 from multipledispatch import dispatch
 from numpyro.distributions import constraints
+from numpyro.distributions.batch_util import _default_vmap_over, vmap_over
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.kl import kl_divergence
-from numpyro.distributions.util import validate_sample
+from numpyro.distributions.util import not_jax_tracer, validate_sample
 
 from bayesvmf import special
 
@@ -117,6 +123,14 @@ class VonMisesFisher(Distribution):
     .. [1] Wood (1994), see the module docstring.
     .. [2] Mardia and Jupp (2000), section 9.3.
 
+    Inside a NumPyro program the class is used as any ``numpyro.distributions`` class,
+    imported from ``bayesvmf`` (``from bayesvmf import VonMisesFisher``):
+    ``numpyro.sample("x", VonMisesFisher(mu, kappa), obs=x)``; a latent mean direction is
+    best sampled with :func:`unit_vector` (the rejection sampler has no reparametrisation).
+    ``expand``, ``to_event``, ``mask``, ``jax.jit``, ``jax.vmap`` (NumPyro's ``vmap_over``
+    is registered) and ``kl_divergence`` work as for NumPyro's own classes;
+    ``validate_args=True`` checks constant parameters also inside ``jax.jit``.
+
     Examples
     --------
     >>> import jax, jax.numpy as jnp
@@ -132,6 +146,8 @@ class VonMisesFisher(Distribution):
     reparametrized_params = []
 
     def __init__(self, loc, concentration, *, validate_args=None):
+        if validate_args or (validate_args is None and Distribution._validate_args):
+            self._validate_raw_parameters(loc=loc, concentration=concentration)
         loc, concentration = jnp.asarray(loc), jnp.asarray(concentration)
         dtype = jnp.result_type(loc, concentration, 0.0)
         loc, concentration = loc.astype(dtype), concentration.astype(dtype)
@@ -148,8 +164,39 @@ class VonMisesFisher(Distribution):
 
     pytree_aux_fields = ("dimension",)
 
+    def _validate_raw_parameters(self, **params) -> None:
+        """Check the constraints on the parameters as given, before any conversion.
+
+        The converted parameters are tracers when the distribution is built inside
+        ``jax.jit``, so NumPyro's own check (in ``Distribution.__init__``) would skip them;
+        the values given are concrete (NumPy or Python numbers) whenever they are constants
+        of the jitted function, and are checked here as NumPyro's classes check theirs.
+        """
+        with jax.ensure_compile_time_eval():
+            for name, value in params.items():
+                if not not_jax_tracer(value):
+                    continue  # a traced argument: nothing to check at trace time
+                value = np.asarray(value)
+                if not np.issubdtype(value.dtype, np.floating):
+                    value = value.astype(float)
+                if value.ndim < 1 and name == "loc":
+                    continue  # the shape check below names the problem
+                valid = self.arg_constraints[name](value)
+                if not np.all(valid):
+                    raise ValueError(
+                        f"{type(self).__name__} distribution got invalid {name} parameter: "
+                        f"{self._constraint_text[name]}"
+                    )
+
+    _constraint_text = {
+        "loc": "loc must be a unit vector (norm 1 to within 10 sqrt(d) ulp)",
+        "concentration": "concentration must be >= 0 (and not NaN)",
+    }
+
     @staticmethod
-    def infer_shapes(loc=(), concentration=()):
+    def infer_shapes(
+        loc: tuple[int, ...] = (), concentration: tuple[int, ...] = ()
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Return ``(batch_shape, event_shape)`` for parameters of the given shapes.
 
         Parameters
@@ -176,7 +223,7 @@ class VonMisesFisher(Distribution):
         return tuple(batch_shape), loc[-1:]
 
     @validate_sample
-    def log_prob(self, value):
+    def log_prob(self, value) -> jax.Array:
         r"""Log density at ``value``.
 
         .. math::
@@ -197,11 +244,14 @@ class VonMisesFisher(Distribution):
                 f"value must have event shape {self.event_shape}; got shape {jnp.shape(value)}"
             )
         kappa = self.concentration
-        log_norm = special.log_vmf_normalizer(self.dimension, kappa)
+        # (log C + kappa) - kappa (1 - mu.x): log C ~ -kappa and kappa mu.x nearly cancel near
+        # the mode when kappa is large; written this way no term is larger than the result
+        # needs (mu.x - 1 is exact for mu.x >= 1/2, Sterbenz)
+        log_norm_plus_kappa = special.log_vmf_normalizer_plus_kappa(self.dimension, kappa)
         # a dot product, not multiply-then-sum: 3x faster on CPU (one BLAS-like kernel)
-        return log_norm + kappa * jnp.vecdot(value, self.loc)
+        return log_norm_plus_kappa + kappa * (jnp.vecdot(value, self.loc) - 1.0)
 
-    def sample(self, key, sample_shape=()):
+    def sample(self, key, sample_shape=()) -> jax.Array:
         """Draw samples with Wood's algorithm [1]_ (exact inversion when d = 3).
 
         Parameters
@@ -218,18 +268,18 @@ class VonMisesFisher(Distribution):
         return _sample_vmf(key, self.loc, self.concentration, tuple(sample_shape))
 
     @property
-    def mean(self):
+    def mean(self) -> jax.Array:
         r"""Mean :math:`E[x] = A_d(\kappa) \mu` (section 9.3.2 of [2]_), batch_shape + (d,)."""
         rbar = special.mean_resultant_length(self.dimension, self.concentration)
         return rbar[..., None] * self.loc
 
     @property
-    def mode(self):
+    def mode(self) -> jax.Array:
         r"""Mode :math:`\mu` (any point of the sphere at :math:`\kappa = 0`)."""
         return self.loc
 
     @property
-    def variance(self):
+    def variance(self) -> jax.Array:
         r"""Diagonal of the covariance matrix, shape batch_shape + (d,).
 
         .. math::
@@ -259,12 +309,13 @@ class VonMisesFisher(Distribution):
         isotropic = 1.0 / (d + kappa * a_d2)
         return isotropic[..., None] + (a_d * diff)[..., None] * self.loc**2
 
-    def entropy(self):
+    def entropy(self) -> jax.Array:
         r"""Differential entropy :math:`-\log C_d(\kappa) - \kappa A_d(\kappa)`, batch_shape."""
-        kappa = self.concentration
-        return -special.log_vmf_normalizer(
-            self.dimension, kappa
-        ) - kappa * special.mean_resultant_length(self.dimension, kappa)
+        d, kappa = self.dimension, self.concentration
+        # -(log C + kappa) + kappa (1 - A): two terms of the size of the result, not of kappa
+        return -special.log_vmf_normalizer_plus_kappa(
+            d, kappa
+        ) + kappa * special.one_minus_mean_resultant_length(d, kappa)
 
 
 class SphericalUniform(Distribution):
@@ -303,37 +354,70 @@ class SphericalUniform(Distribution):
         super().__init__((), (self.dimension,), validate_args=validate_args)
 
     @staticmethod
-    def infer_shapes(dimension=2):
-        """Return ``((), (dimension,))``."""
+    def infer_shapes(dimension=2) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Return ``((), (dimension,))`` for an integer ``dimension``.
+
+        NumPyro calls ``infer_shapes`` with the *shapes* of the arguments; the event shape
+        ``(d,)`` depends on the value of ``dimension``, not on its shape, so a shape (a
+        tuple) raises ``NotImplementedError``, NumPyro's answer for shapes that cannot be
+        inferred.
+        """
+        if isinstance(dimension, tuple | list):
+            raise NotImplementedError(
+                "SphericalUniform.infer_shapes needs the value of dimension (an int): its "
+                f"event shape (d,) cannot be inferred from the shape {tuple(dimension)} of "
+                "the argument"
+            )
         return (), (int(dimension),)
 
     @validate_sample
-    def log_prob(self, value):
+    def log_prob(self, value) -> jax.Array:
         r"""Log density :math:`-\log |S^{d-1}|` at each unit vector of ``value``."""
         value = jnp.asarray(value)
         dtype = jnp.result_type(value, 0.0)
         log_area = jnp.asarray(special.log_sphere_area(self.dimension), dtype=dtype)
         return jnp.broadcast_to(-log_area, jnp.shape(value)[:-1])
 
-    def sample(self, key, sample_shape=()):
+    def sample(self, key, sample_shape=()) -> jax.Array:
         """Draw uniform unit vectors, shape sample_shape + (d,)."""
         assert key is not None
         shape = tuple(sample_shape) + self.batch_shape + self.event_shape
         return _safe_normalize(jax.random.normal(key, shape))
 
     @property
-    def mean(self):
+    def mean(self) -> jax.Array:
         """Mean, the zero vector."""
         return jnp.zeros(self.batch_shape + self.event_shape)
 
     @property
-    def variance(self):
+    def variance(self) -> jax.Array:
         """Variance of each coordinate, 1/d."""
         return jnp.full(self.batch_shape + self.event_shape, 1.0 / self.dimension)
 
-    def entropy(self):
+    def entropy(self) -> jax.Array:
         r"""Entropy :math:`\log |S^{d-1}|`."""
         return jnp.broadcast_to(special.log_sphere_area(self.dimension), self.batch_shape)
+
+
+# ----------------------------------------------------------------------------------------
+# vmap_over, registered on numpyro.distributions.batch_util.vmap_over
+# ----------------------------------------------------------------------------------------
+
+
+@vmap_over.register
+def _vmap_over_von_mises_fisher(dist: VonMisesFisher, loc=None, concentration=None):
+    """In-axes of a ``VonMisesFisher`` for ``jax.vmap`` (``out_axes`` of a vmapped builder).
+
+    Both parameters are stored broadcast to the batch shape, so a mapped parameter maps
+    both of the stored arrays unless the other is given as ``None`` explicitly by the caller.
+    """
+    return _default_vmap_over(dist, loc=loc, concentration=concentration)
+
+
+@vmap_over.register
+def _vmap_over_spherical_uniform(dist: SphericalUniform):
+    """``SphericalUniform`` has no array parameter: nothing is mapped."""
+    return _default_vmap_over(dist)
 
 
 # ----------------------------------------------------------------------------------------
@@ -472,9 +556,24 @@ def unit_vector(name, dimension, prior=None):
 # ----------------------------------------------------------------------------------------
 
 
+def _unfused(x):
+    """Return ``x`` behind ``lax.optimization_barrier``, so XLA cannot fuse it with its users.
+
+    jaxlib 0.10.2 on CPU miscompiles some jitted fusions of a reduction over the last axis
+    with a broadcast of its result back against the reduced array (YNNPACK fusions, past
+    about 2^15 elements; jax-ml/jax issues 39103 and 39257): the Householder step of the
+    sampler, written as one such fusion, returned wrong draws at d = 3, n = 33,000 and d = 6,
+    n = 10,000 in float32 (mean cosine 12-32 standard errors off). Every reduction of the
+    jitted sampling paths whose result is broadcast back goes through here, so the reduction
+    and the elementwise step that uses it compile as separate kernels; the barrier is the
+    identity for values, gradients and ``vmap``.
+    """
+    return lax.optimization_barrier(x)
+
+
 def _safe_normalize(x):
     """Return ``x / |x|`` along the last axis, with the norm clipped at ``finfo.tiny``."""
-    norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
+    norm = _unfused(jnp.linalg.norm(x, axis=-1, keepdims=True))
     return x / jnp.maximum(norm, jnp.finfo(x.dtype).tiny)
 
 
@@ -494,38 +593,73 @@ def _sample_vmf(key, loc, kappa, sample_shape):
 
 
 def _uniform_tangent(key, shape, dimension, dtype):
-    """Uniform unit vectors of R^(d-1) (directions tangent to the sphere at e_1; step 2 of [1]).
+    """Directions of R^(d-1) with a uniform direction (tangent to the sphere at e_1; step 2 of [1]).
 
-    A random sign for d = 2, an angle for d = 3 (one uniform instead of two normals),
-    normalised Gaussians otherwise.
+    A random sign for d = 2, an angle for d = 3 (one uniform instead of two normals), standard
+    Gaussians otherwise: those are not normalised here, :func:`_reflect` divides by their norm.
     """
     if dimension == 2:
         return jnp.where(jax.random.bernoulli(key, 0.5, shape), 1.0, -1.0).astype(dtype)[..., None]
     if dimension == 3:
         angle = (2.0 * jnp.pi) * jax.random.uniform(key, shape, dtype=dtype)
         return jnp.stack([jnp.cos(angle), jnp.sin(angle)], axis=-1)
-    return _safe_normalize(jax.random.normal(key, shape + (dimension - 1,), dtype=dtype))
+    return jax.random.normal(key, shape + (dimension - 1,), dtype=dtype)
+
+
+#: Row sums over a last axis this short are written out as sums of columns (elementwise code,
+#: which fuses freely and has no reduction to miscompile); longer ones are reductions.
+_UNROLLED_SUM_MAX = 16
+
+
+def _row_sums(*pairs):
+    """``sum(a * b, axis=-1)`` for each pair ``(a, b)``, never fused with what uses them.
+
+    Short rows (up to ``_UNROLLED_SUM_MAX``) as an unrolled sum of columns; longer ones as
+    reductions behind one :func:`_unfused` barrier (the reductions share their input and may
+    share a kernel; the elementwise step that uses them may not).
+    """
+    if pairs[0][0].shape[-1] <= _UNROLLED_SUM_MAX:
+        sums = []
+        for a, b in pairs:
+            total = a[..., 0] * b[..., 0]
+            for i in range(1, a.shape[-1]):
+                total = total + a[..., i] * b[..., i]
+            sums.append(total)
+        return tuple(sums)
+    return _unfused(tuple(jnp.sum(a * b, axis=-1) for a, b in pairs))
 
 
 def _reflect(w, sin_w, v, loc):
-    r"""Return :math:`w \mu + \sqrt{1 - w^2}\, v'` by a Householder reflection.
+    r"""Return :math:`w \mu + \sqrt{1 - w^2}\, v / \lVert v \rVert` rotated: a Householder step.
 
     The reflection with :math:`u = e_1 + \sigma \mu`, :math:`\sigma = \operatorname{sign}
     \mu_1` (+1 at :math:`\mu_1 = 0`), maps :math:`-\sigma e_1` onto :math:`\mu`; it is applied
-    to :math:`y = (-\sigma w, \sqrt{1-w^2}\, v)`. Choosing the sign keeps
-    :math:`\lVert u \rVert^2 = 2 (1 + |\mu_1|) \ge 2` (up to rounding of :math:`\lVert\mu\rVert`),
-    so the normaliser never vanishes, including at :math:`\mu = \pm e_1`: this is the
-    reflection of [4]_ with the sign chosen as in a stable QR factorisation. A reflection
-    fixing :math:`\mu` leaves the vMF invariant, so the image of the uniform tangent
-    direction is again uniform.
+    to :math:`y = (-\sigma w, \sqrt{1-w^2}\, \hat v)`, :math:`\hat v = v / \lVert v \rVert`.
+    Choosing the sign keeps :math:`\lVert u \rVert^2 = 2 (1 + |\mu_1|) \ge 2` (up to
+    rounding of :math:`\lVert\mu\rVert`), so the normaliser never vanishes, including at
+    :math:`\mu = \pm e_1`: this is the reflection of [4]_ with the sign chosen as in a
+    stable QR factorisation. A reflection fixing :math:`\mu` leaves the vMF invariant, so
+    the image of the uniform tangent direction is again uniform.
+
+    Written out with :math:`u_1 = 1 + |\mu_1|`, :math:`p = \mu_{2:d}^\top \hat v` and
+    :math:`k = 2 (\sqrt{1-w^2}\, p - w u_1) / \lVert u\rVert^2`, the image is
+    :math:`x = (\sigma(-w - k u_1),\ \sqrt{1-w^2}\, \hat v - k \mu_{2:d})`, of norm
+    :math:`\lVert y \rVert = 1` up to rounding (a reflection is an isometry). The only
+    reductions, :math:`\lVert v \rVert^2`, :math:`\mu_{2:d}^\top v` and
+    :math:`\lVert u \rVert^2`, go through :func:`_row_sums`: jaxlib 0.10.2 miscompiles
+    the fusion of such a reduction with the elementwise step that broadcasts it back (the
+    previous form of this function, see :func:`_unfused`).
     """
-    sigma = jnp.where(loc[..., :1] >= 0, 1.0, -1.0).astype(loc.dtype)
-    u = jnp.concatenate([1.0 + sigma * loc[..., :1], sigma * loc[..., 1:]], axis=-1)
-    y = jnp.concatenate([(-sigma[..., 0] * w)[..., None], sin_w[..., None] * v], axis=-1)
-    u_sq = jnp.maximum(jnp.sum(u * u, axis=-1, keepdims=True), jnp.finfo(loc.dtype).tiny)
-    x = y - (2.0 * jnp.sum(u * y, axis=-1, keepdims=True) / u_sq) * u
-    # w^2 + (1 - w^2) |v|^2 = 1 up to rounding; renormalise so |x| = 1 to a few ulp
-    return _safe_normalize(x)
+    sigma = jnp.where(loc[..., 0] >= 0, 1.0, -1.0).astype(loc.dtype)
+    u_1 = 1.0 + jnp.abs(loc[..., 0])
+    loc_rest = loc[..., 1:]
+    (rest_sq,) = _row_sums((loc_rest, loc_rest))
+    u_sq = u_1 * u_1 + rest_sq
+    v_sq, proj = _row_sums((v, v), (v, jnp.broadcast_to(loc_rest, v.shape)))
+    scale = sin_w / jnp.sqrt(jnp.maximum(v_sq, jnp.finfo(v.dtype).tiny))  # sqrt(1 - w^2) / |v|
+    k = 2.0 * (scale * proj - w * u_1) / jnp.maximum(u_sq, jnp.finfo(loc.dtype).tiny)
+    first = sigma * (-w - k * u_1)
+    return jnp.concatenate([first[..., None], scale[..., None] * v - k[..., None] * loc_rest], -1)
 
 
 def _sample_cosine_d3(key, kappa):

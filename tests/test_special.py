@@ -333,3 +333,65 @@ def test_properties(d, kappa):
     bigger = kappa * 1.01 + 1e-3
     assert float(special.mean_resultant_length(d, bigger)) >= a - 2 * np.spacing(a)
     assert float(special.log_vmf_normalizer(d, bigger)) <= log_c + 2 * np.spacing(abs(log_c))
+
+
+# ---------------------------------------------------------------------------------------
+# log C_d + kappa (the scaled normaliser of log_prob and entropy) and log |S^{d-1}|
+# ---------------------------------------------------------------------------------------
+
+with mp.workdps(40), TABLE.open() as _table:
+    # log C + kappa from the table's 30-digit log C, added at 40 digits (the table's own
+    # reference; nothing of bayesvmf.special)
+    LOG_C_PLUS_KAPPA = np.array(
+        [float(mp.mpf(r["log_normalizer"]) + mp.mpf(r["kappa"])) for r in csv.DictReader(_table)]
+    )
+
+
+def test_log_vmf_normalizer_plus_kappa_against_table():
+    """Every branch (series, recurrence, Debye) of log C + kappa, to 1e-12 max(1, |value|)."""
+    got = np.asarray(special.log_vmf_normalizer_plus_kappa(D, KAPPA))
+    err = _log_error(got, LOG_C_PLUS_KAPPA)
+    worst = np.argmax(err)
+    assert err.max() <= RTOL, f"worst at d={D[worst]}, kappa={KAPPA[worst]}: {err.max():.2e}"
+    # where |log C| is large and log C + kappa is not, the unscaled sum loses digits that
+    # this one keeps: at d = 3, kappa = 1e7 log C + kappa = 14.2 from terms of size 1e7
+    for d in (2, 3, 10, 42, 1000, 100_000):
+        rows = D == d
+        static = np.asarray(special.log_vmf_normalizer_plus_kappa(d, KAPPA[rows]))
+        assert _log_error(static, LOG_C_PLUS_KAPPA[rows]).max() <= RTOL, d
+
+
+def test_log_vmf_normalizer_plus_kappa_float32_and_gradient():
+    """float32: cancellation-free (relative 5e-6 of max(1, |value|) where log C alone is off
+    by ~1 at kappa = 1e7); jax.grad in kappa is 1 - A_d; kappa = 0 is -log|S^{d-1}|."""
+    with jax.enable_x64(False):
+        got = np.asarray(
+            special.log_vmf_normalizer_plus_kappa(
+                jnp.asarray(D, jnp.float32), jnp.asarray(KAPPA, jnp.float32)
+            ),
+            np.float64,
+        )
+        at_zero = special.log_vmf_normalizer_plus_kappa(20, jnp.float32(0.0))
+        assert at_zero.dtype == jnp.float32
+        assert at_zero == -special.log_sphere_area(20)
+    assert _log_error(got, LOG_C_PLUS_KAPPA).max() <= 5e-6
+    for d, kappa in [(3, 0.5), (3, 100.0), (10, 3e3), (50, 10.0), (1000, 1e5)]:
+        grad = float(jax.grad(lambda k, d=d: special.log_vmf_normalizer_plus_kappa(d, k))(kappa))
+        want = float(special.one_minus_mean_resultant_length(d, kappa))
+        assert abs(grad - want) <= GRAD_RTOL * want, (d, kappa, grad, want)
+
+
+def test_log_sphere_area_float32_is_correctly_rounded():
+    """A static d is evaluated in float64 and rounded once: float32 within 1 ulp of mpmath
+    (the float32 formula was ~50 ulp off at d = 20, where log 2 + 10 log pi and log 9! cancel)."""
+    for d in (2, 3, 5, 17, 20, 41, 100, 1000, 100_000):
+        with mp.workdps(40):
+            ref = mp.log(2) + mp.mpf(d) / 2 * mp.log(mp.pi) - mp.loggamma(mp.mpf(d) / 2)
+        with jax.enable_x64(False):
+            got = special.log_sphere_area(d)
+            assert got.dtype == jnp.float32
+        ulp = np.spacing(np.float32(abs(float(ref))))
+        assert abs(float(got) - float(ref)) <= ulp, (d, float(got), float(ref))
+    # a traced d keeps the formula (and its precision); float64 agrees with the static path
+    traced = jax.jit(special.log_sphere_area)(jnp.asarray([2.0, 20.0, 1000.0]))
+    np.testing.assert_allclose(traced, special.log_sphere_area(np.array([2, 20, 1000])), rtol=1e-14)
