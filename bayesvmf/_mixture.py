@@ -1,8 +1,8 @@
 """Shared machinery of the von Mises-Fisher mixture estimators.
 
-Every vMF mixture in bayesvmf (the penalised EM of ``models/sparse.py``, the variational and
-Gibbs algorithms of ``models/bayesian.py`` and ``models/dirichlet.py``) touches the data through
-the same two products (DESIGN.md section 2): the log-likelihood matrix ``X @ mu.T`` (n x K) and
+Every vMF mixture in bayesvmf (the penalised EM of ``models/sparse/``, the variational and
+Gibbs algorithms of ``models/bayesian/`` and ``models/dirichlet/``) touches the data through
+the same two products (docs/design.md section 2): the log-likelihood matrix ``X @ mu.T`` (n x K) and
 the resultants ``resp.T @ X`` (K x d). This module holds those products for dense and sparse
 input, the log-space responsibilities, the two initialisations, the vectorised restart driver
 and the scikit-learn-style estimator base class.
@@ -22,9 +22,9 @@ Symbols (code name <-> paper):
 Numerics: the estimators run their steps inside a scoped ``jax.enable_x64(True)`` block
 (never a global flag). Log-normalisers, kappa solves and likelihood sums are float64; the two
 data products run in the dtype of the stored data values (float64 by default, float32 with
-``dtype="mixed"``, DESIGN.md section 5) and are cast back to float64. On CPU the sparse
+``dtype="mixed"``, docs/design.md section 5) and are cast back to float64. On CPU the sparse
 products call SciPy's compiled CSR/CSC kernels through ``jax.pure_callback`` (the floor of
-DESIGN.md section 5 itself); elsewhere they are sorted ``segment_sum`` programs
+docs/design.md section 5 itself); elsewhere they are sorted ``segment_sum`` programs
 (:class:`SparseData`).
 
 References
@@ -163,7 +163,7 @@ SPARSE_KERNELS = ("auto", "scipy", "segment_sum")
 class SparseData:
     """Sparse data for the two products: a host CSR matrix, or sorted COO arrays on the device.
 
-    Two kernels compute the products ``X @ M`` and ``X.T @ R`` of an iteration (DESIGN.md
+    Two kernels compute the products ``X @ M`` and ``X.T @ R`` of an iteration (docs/design.md
     section 5); the matrix is never densified and memory stays O(nnz):
 
     ``"scipy"`` (the default on CPU)
@@ -173,7 +173,7 @@ class SparseData:
         the callback boundary. (JAX copies every callback operand into a fresh
         buffer: passing the CSR arrays themselves cost a copy of the whole data per product,
         which is what made a fit's peak memory 8-16x the data before this design.) These
-        products *are* the floor of DESIGN.md section 5, so an iteration costs about the
+        products *are* the floor of docs/design.md section 5, so an iteration costs about the
         floor plus the O(nK) elementwise work. Batched (vmapped) right-hand sides are
         concatenated into products of several columns each, so restarts share passes over
         the data (:data:`PRODUCT_DENSE_BYTES`). Code that reads rows inside a program

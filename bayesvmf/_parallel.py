@@ -4,7 +4,7 @@ The EM of a vMF mixture touches the data only through its sufficient statistics:
 N_k = sum_i tau_ik, the resultants r_k = sum_i tau_ik x_i (eq. (23) of [1]_) and the total
 log-likelihood sum_i log p(x_i) (eq. (9)). These are sums over rows, so rows can be split
 into blocks, each block's partial sums computed where the block lives, and the partial sums
-added (DESIGN.md section 6). :class:`RowBlocks` holds data split into equal row blocks:
+added (docs/design.md section 6). :class:`RowBlocks` holds data split into equal row blocks:
 
 * with a ``jax.sharding.Mesh`` (``devices=`` of the estimators), one block per device: the
   arrays are sharded along their first axis (``NamedSharding(mesh, P("rows"))``), the data

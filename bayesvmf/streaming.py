@@ -7,7 +7,7 @@ file). :func:`iter_chunks` reads and validates them one at a time; :func:`fit_st
 feeds them to an estimator's ``partial_fit`` (stepwise EM for
 :class:`bayesvmf.models.SparseVMFMixture`, stochastic variational inference for
 :class:`bayesvmf.models.BayesianVMFMixture`), so memory holds the model and at most two
-chunks, never the corpus (DESIGN.md section 6).
+chunks, never the corpus (docs/design.md section 6).
 
 A corpus of *sets* of vectors (the documents of :class:`bayesvmf.models.DirichletVMFMixture`)
 is stored as document chunks, written by :func:`save_document_chunk`: the vectors of the

@@ -225,7 +225,7 @@ def main():
 def to_markdown(out):
     c = out["corpus"]
     lines = [
-        "# Sparse vMF mixture benchmark (models/sparse.py)",
+        "# Sparse vMF mixture benchmark (models/sparse/)",
         "",
         f"Machine: `{out['machine']}`, JAX {out['jax']}, CPU (2 cores shared with other jobs).",
         "",

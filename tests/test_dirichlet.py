@@ -1,4 +1,4 @@
-"""Tests of models/dirichlet.py: the Dirichlet-vMF mixture (VMFMix), VEM and collapsed Gibbs."""
+"""Tests of models/dirichlet/: the Dirichlet-vMF mixture (VMFMix), VEM and collapsed Gibbs."""
 
 import copy
 import itertools

@@ -266,7 +266,11 @@ def test_dirichlet_devices_errors():
         model.set_params(devices=99).fit(docs)
     np.testing.assert_array_equal(model.mean_directions_, before[0])
     assert (model.n_sets_seen_, model._online) == before[1:]
-    with pytest.raises(ValueError, match="learning_decay must be a number > 0.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'learning_decay' parameter of DirichletVMFMixture must be a float in the "
+        r"range \(0\.5, 1\.0\]",
+    ):
         model.set_params(devices=None, learning_decay=3.0).partial_fit(docs)
 
 

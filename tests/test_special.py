@@ -21,7 +21,7 @@ from bayesvmf import special
 
 TABLE = Path(__file__).parent / "data" / "special_table.csv"
 
-# DESIGN.md section 3: relative 1e-12 for log C_d and A_d in float64. For the logs the
+# docs/design.md section 3: relative 1e-12 for log C_d and A_d in float64. For the logs the
 # relative error is taken against max(1, |value|): where log C crosses zero a relative error
 # is undefined, and an absolute 1e-12 there is a relative 1e-12 on the density itself.
 RTOL = 1e-12

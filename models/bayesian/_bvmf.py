@@ -105,7 +105,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         RandomState or Generator gives a seed drawn from it; None a fresh one.
     progress_bar : bool, default False
     devices : None, int or list of jax devices, default None
-        Data-parallel VI (DESIGN.md section 6): the rows of X are split into one equal block
+        Data-parallel VI (docs/design.md section 6): the rows of X are split into one equal block
         per device (``jax.sharding``; padding rows weigh 0); every device computes q(z) of
         its rows and their statistics (N_k, r_k, the entropy of q(z)), which are added with
         ``psum``; the global updates (q(pi), q(mu), q(kappa), empirical Bayes) run

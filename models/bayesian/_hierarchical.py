@@ -101,7 +101,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         Seed of a fit (:func:`bayesvmf._base.make_key`).
     progress_bar : bool, default False
     devices : None, int or list of jax devices, default None
-        Data-parallel VI (DESIGN.md section 6): the rows of X are split into one equal block
+        Data-parallel VI (docs/design.md section 6): the rows of X are split into one equal block
         per device (``jax.sharding``; padding rows weigh 0); every device computes q(z) of
         its rows and their statistics (N_l, r_l, the entropy of q(z)), which are added with
         ``psum``; the updates of q(pi), q(mu_n), q(kappa_n) and empirical Bayes run

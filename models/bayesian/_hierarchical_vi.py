@@ -179,7 +179,7 @@ def _update_mu(tree: Tree, state: HState, resultant, mask):
 
 
 def _kappa_inputs(tree: Tree, emu, stats: ZStats):
-    """Return weight_n and dot_n of the kappa conditional (bayesian_shared.md)."""
+    """Return weight_n and dot_n of the kappa conditional (docs/bayesian_vi.md)."""
     leaf_count = jnp.zeros(emu.shape[0]).at[tree.leaves].set(stats.resp_sum)
     weight = jnp.where(tree.is_leaf, leaf_count, tree.n_children)
     return weight, jnp.sum(emu * _node_sums(tree, emu, stats.resultant), axis=1)

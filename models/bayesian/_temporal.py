@@ -128,7 +128,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     random_state, progress_bar
         As in :class:`._hierarchical.HierarchicalVMFMixture`.
     devices : None, int or list of jax devices, default None
-        Data-parallel VI (DESIGN.md section 6): the rows of X and their time indices are
+        Data-parallel VI (docs/design.md section 6): the rows of X and their time indices are
         split into one equal block per device (``jax.sharding``; padding rows weigh 0 and
         touch no time step); every device computes q(z) of its rows and their statistics
         (N_tk, r_tk, the entropy of q(z)), which are added with ``psum``; the initial seeds

@@ -111,7 +111,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
         float64 from the same state (benchmarks/results/dirichlet.md). The Gibbs sampler
         always runs in float64.
     devices : None, int or list of jax devices, default=None
-        Data-parallel VEM (DESIGN.md section 6): the documents are split into one group of
+        Data-parallel VEM (docs/design.md section 6): the documents are split into one group of
         whole documents per device, about equal in vectors (:func:`shard_documents`);
         every device computes q(z) and phi of its documents and their statistics (n_k,
         r_k, the entropy of q(z), the theta part of the bound), which are added with

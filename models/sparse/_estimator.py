@@ -79,7 +79,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
     normalize : bool, default True
         Rescale rows to unit norm; with False, non-unit rows raise a ValueError.
     dtype : {"float64", "mixed"}, default "float64"
-        "mixed" runs the two data products in float32 (DESIGN.md section 5), everything else
+        "mixed" runs the two data products in float32 (docs/design.md section 5), everything else
         in float64.
     random_state : None, int, numpy RandomState or Generator, or jax key, default None
         Seed of the restarts' initialisations: an int (reproducible), a NumPy
@@ -89,7 +89,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         scikit-learn's verbosity level: 0 is silent, 1 or more shows a progress bar of the
         EM iterations (and of :meth:`path`).
     devices : None, int or list of jax devices, default None
-        Data-parallel fits (DESIGN.md section 6): the rows of X are split into one equal
+        Data-parallel fits (docs/design.md section 6): the rows of X are split into one equal
         block per device (``jax.sharding``; padding rows carry weight 0), every device
         computes the E-step statistics of its rows (counts, resultants, log-likelihood),
         which are summed with ``psum``; the M-step runs replicated. The result equals the
