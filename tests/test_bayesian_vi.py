@@ -417,7 +417,10 @@ def test_fit_streaming_equals_partial_fit(streams, sample, tmp_path):
     reference = streams["bounding"][0]
     np.testing.assert_allclose(model.mean_directions_, reference.mean_directions_, atol=1e-9)
     np.testing.assert_allclose(model.concentrations_, reference.concentrations_, rtol=1e-9)
-    np.testing.assert_allclose(model.weights_, reference.weights_, rtol=1e-9)
+    # fit_streaming's rows are rescaled twice (iter_chunks, then partial_fit): 1 ulp away from
+    # the in-memory chunks, which 8 SVI steps amplify to 4.3e-9 in the weights since the
+    # cancellation-free log C (issue 17) changed the trajectory at rounding level
+    np.testing.assert_allclose(model.weights_, reference.weights_, rtol=1e-7)
 
 
 def test_svi_step_keeps_the_batch_fixed_point(fits, sample):
