@@ -91,3 +91,15 @@ def test_unsaveable_random_state(tmp_path):
 
     with pytest.raises(ValueError, match="cannot save random_state"):
         save(SparseVMFMixture(2, random_state=jax.random.key(0)), tmp_path / "k.npz")
+
+
+def test_saved_class_path_survives_a_second_import_of_the_package(monkeypatch):
+    """pytest's doctest collection imports models/sparse/__init__.py again as "models.sparse";
+    that must not rename the shared classes (files saved afterwards failed to load)."""
+    import importlib
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    for family in ("sparse", "kmle", "dirichlet"):
+        importlib.import_module(f"models.{family}")
+    assert SparseVMFMixture.__module__ == "bayesvmf.models.sparse"

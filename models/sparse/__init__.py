@@ -59,7 +59,9 @@ from bayesvmf.models.sparse._path import SparsePath, SparseSelection, select_spa
 # The public path, in saved files (bayesvmf.save stores "module:class") and pickles: a file
 # written today loads after the private modules change.
 for _cls in (EMState, OnlineStats, SparseVMFMixture, SparsePath, SparseSelection):
-    _cls.__module__ = __name__
+    _cls.__module__ = (
+        "bayesvmf.models.sparse"  # not __name__: doctests import this as "models.sparse"
+    )
 del _cls
 
 __all__ = [
