@@ -9,6 +9,7 @@ are jitted once instead of dispatched op by op.
 """
 
 import copy
+import warnings
 from functools import partial
 
 import jax
@@ -23,7 +24,7 @@ from conftest import shared_data_or_skip
 from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf import ConvergenceWarning
-from bayesvmf.exceptions import NotFittedError
+from bayesvmf.exceptions import DegenerateRunWarning, NotFittedError
 from bayesvmf.models import kmle
 from bayesvmf.models.kmle import (
     KMLEMixture,
@@ -803,7 +804,9 @@ def test_basic_motions_sample_covariance_windows_give_finite_cauchy_schwarz():
     for i in (1, 6, 9):
         s = series[i]
         X = np.asarray([np.cov(s[a : a + 20], rowvar=False) for a in range(0, 81, 10)])
-        models.append(KMLEMixture(n_components=2, random_state=0).fit(X))
+        with warnings.catch_warnings():  # 9 windows, 2 clusters: some series get a singleton
+            warnings.simplefilter("ignore", DegenerateRunWarning)
+            models.append(KMLEMixture(n_components=2, random_state=0).fit(X))
     assert all(np.all(m.dof_ >= 7.0) for m in models)
     cs = kmle.cauchy_schwarz_matrix(models)
     assert np.all(np.isfinite(cs)) and np.all(cs >= -1e-10)
@@ -957,3 +960,24 @@ def test_load_rejects_a_tampered_kmle_file(fitted3, tmp_path):
     blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     with pytest.raises(ValueError, match="unexpected fitted attribute 'params_dof'"):
         load(write("family.npz", __bayesvmf__=blob))
+
+
+# ------------------------------------------------------------------- degeneracy guards (issue 18)
+
+
+def test_singleton_cluster_warns_and_is_reported(rng):
+    X = np.concatenate([random_spd(rng, 3, n=20), 1e4 * np.eye(3)[None]])
+    with pytest.warns(DegenerateRunWarning, match=r"components \[\d\] are carried by a single"):
+        model = KMLEMixture(n_components=2, random_state=0).fit(X)
+    assert sorted(np.bincount(model.labels_).tolist()) == [1, 20]
+    assert model.n_occupied_components_ == 2
+    assert model.largest_share_ == pytest.approx(20 / 21)
+    assert model.degenerate_components_.tolist() == [int(np.argmin(np.bincount(model.labels_)))]
+    assert model.dof_[model.degenerate_components_[0]] == pytest.approx(model.max_dof)
+
+
+def test_healthy_fit_reports_no_degenerate_cluster(three_clusters):
+    model = KMLEMixture(n_components=3, random_state=0).fit(three_clusters[0])
+    assert model.n_occupied_components_ == 3
+    assert model.degenerate_components_.tolist() == []
+    assert model.n_degenerate_restarts_ == 0

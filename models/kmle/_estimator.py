@@ -22,6 +22,7 @@ import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
+from bayesvmf import _guards
 from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, make_key, seed_from
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.kmle._kernel import (
@@ -168,6 +169,12 @@ class KMLEMixture(BaseVMFEstimator):
     converged_ : bool
     n_transfers_ : int
         Total number of Hartigan transfers.
+    n_occupied_components_, largest_share_, degenerate_components_, n_degenerate_restarts_
+        The degeneracy diagnosis of the partition (:mod:`bayesvmf._guards`): clusters with
+        at least one row, the largest cluster's share, the clusters carried by a single
+        matrix (their degrees of freedom or concentration sit at the cap) or, for vMF, at
+        ``kappa_max`` or a near-uniform background; a :class:`DegenerateRunWarning` names
+        them. k-MLE runs once, so ``n_degenerate_restarts_`` is 0.
 
     Examples
     --------
@@ -337,6 +344,7 @@ class KMLEMixture(BaseVMFEstimator):
         self.n_iter_ = it
         self.converged_ = converged
         self.n_transfers_ = n_transfers
+        self._check_degenerate(family)
         if not converged:
             warnings.warn(
                 f"KMLEMixture did not converge: transfers still improved the complete "
@@ -361,6 +369,30 @@ class KMLEMixture(BaseVMFEstimator):
         else:
             self.mean_directions_ = self._params.mu.copy()
             self.concentrations_ = self._params.kappa.copy()
+
+    def _check_degenerate(self, family):
+        """Diagnose the fitted partition (bayesvmf._guards) and warn on degenerate clusters.
+
+        Hard assignments make a cluster's effective number of rows its size: a singleton is
+        carried by one vector (its Wishart degrees of freedom or vMF concentration then sit
+        at the cap). The vMF family also checks the concentrations (cap, background).
+        """
+        counts = np.bincount(self.labels_, minlength=self.n_components_).astype(np.float64)
+        vmf = family is not WISHART
+        diagnosis = _guards.diagnose(
+            counts,
+            n_rows=self.labels_.size,
+            kappa=self.concentrations_ if vmf else None,
+            kappa_max=float(self.kappa_max) if vmf else None,
+            effective_rows=counts,
+        )
+        _guards.report(self, diagnosis)
+        _guards.warn_components(
+            diagnosis,
+            type(self).__name__,
+            "Pass a smaller n_components, or raise lam so that DP-k-MLE++ opens fewer clusters.",
+            stacklevel=4,
+        )
 
     def fit_predict(self, X, y=None):
         """Fit and return ``labels_`` (equal to ``fit(X).predict(X)`` at convergence)."""
