@@ -88,7 +88,6 @@ from __future__ import annotations
 
 import functools
 import numbers
-from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -97,6 +96,8 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.scipy.special import gammaln
 from scipy.special import gammaln as _host_gammaln
+
+from ._debye import debye_coefficients
 
 __all__ = [
     "banerjee_kappa",
@@ -122,66 +123,8 @@ SERIES_TERMS = 64
 _LOG_2PI = float(np.log(2.0 * np.pi))
 
 
-# --------------------------------------------------------------------------------------
-# Debye polynomials u_k(t) (DLMF 10.41.9-10), v_k(t) (10.41.11) and w_k = (v_k - u_k)/(1-t^2),
-# generated once at import in exact rational arithmetic.
-# --------------------------------------------------------------------------------------
-def _poly_add(a, b):
-    n = max(len(a), len(b))
-    a = a + [Fraction(0)] * (n - len(a))
-    b = b + [Fraction(0)] * (n - len(b))
-    return [x + y for x, y in zip(a, b, strict=True)]
-
-
-def _poly_mul(a, b):
-    out = [Fraction(0)] * (len(a) + len(b) - 1)
-    for i, x in enumerate(a):
-        for j, y in enumerate(b):
-            out[i + j] += x * y
-    return out
-
-
-def _poly_scale(a, s):
-    return [c * s for c in a]
-
-
-def _poly_deriv(a):
-    return [i * c for i, c in enumerate(a)][1:] or [Fraction(0)]
-
-
-def _poly_integral(a):
-    return [Fraction(0)] + [c / (i + 1) for i, c in enumerate(a)]
-
-
-def _divide_by_one_minus_t2(p):
-    """Return the exact quotient q of p(t) = (1 - t^2) q(t); raise if it leaves a remainder."""
-    q = [Fraction(0)] * max(len(p) - 2, 1)
-    for i in range(len(q)):
-        q[i] = p[i] + (q[i - 2] if i >= 2 else 0)
-    remainder = _poly_add(p, _poly_scale(_poly_mul([1, 0, -1], q), -1))
-    if any(c != 0 for c in remainder):
-        raise RuntimeError("Debye polynomial v_k - u_k is not divisible by 1 - t^2")
-    return q
-
-
-def _debye_coefficients(n_terms):
-    u = [[Fraction(1)]]
-    for _ in range(n_terms):
-        # u_{k+1} = t^2 (1 - t^2) u_k' / 2 + (1/8) int_0^t (1 - 5 s^2) u_k(s) ds
-        first = _poly_scale(_poly_mul([0, 0, 1, 0, -1], _poly_deriv(u[-1])), Fraction(1, 2))
-        second = _poly_scale(_poly_integral(_poly_mul([1, 0, -5], u[-1])), Fraction(1, 8))
-        u.append(_poly_add(first, second))
-    w = []
-    for k in range(1, n_terms + 1):
-        # v_k = u_k + t (t^2 - 1) (u_{k-1} / 2 + t u_{k-1}')
-        inner = _poly_add(_poly_scale(u[k - 1], Fraction(1, 2)), [0] + _poly_deriv(u[k - 1]))
-        v_k = _poly_add(u[k], _poly_mul([0, -1, 0, 1], inner))
-        w.append(_divide_by_one_minus_t2(_poly_add(v_k, _poly_scale(u[k], -1))))
-    as_float = [tuple(float(c) for c in p) for p in u[1:]], [tuple(float(c) for c in p) for p in w]
-    return as_float
-
-
-_DEBYE_U, _DEBYE_W = _debye_coefficients(DEBYE_TERMS)
+# Debye polynomials u_k(t), w_k(t) (bayesvmf._debye), generated once at import.
+_DEBYE_U, _DEBYE_W = debye_coefficients(DEBYE_TERMS)
 # One (2 K, degree + 1) matrix: rows u_1..u_K then w_1..w_K, columns by degree. Evaluating
 # all 2 K polynomials with one rolled Horner loop keeps the compiled program small.
 _DEBYE_DEGREE = max(len(p) for p in _DEBYE_U + _DEBYE_W)
@@ -456,21 +399,34 @@ def _make_log_bessel_iv(branch):
     return log_iv
 
 
-def _make_log_vmf_normalizer(branch):
+def _make_log_vmf_normalizer(branch, scaled):
+    """Return log C_d(kappa) (``scaled`` False) or log C_d(kappa) + kappa (``scaled`` True).
+
+    The scaled form is evaluated without forming log C_d: the Debye branch uses
+    nu s - kappa = nu / (s + z), the recurrence starts from the exponentially scaled
+    log I_nu(kappa) - kappa.
+    """
+
     @jax.custom_jvp
     def log_normalizer(d, kappa, log_area):
         nu = 0.5 * d - 1.0
 
         def small(nu):
             # -log|S^{d-1}| - log 0F1(; d/2; kappa^2/4): nu log kappa cancels analytically.
-            series = -log_area - _log_hypergeometric_0f1_minus_one(nu + 1.0, 0.25 * kappa * kappa)
+            lead = kappa - log_area if scaled else -log_area
+            series = lead - _log_hypergeometric_0f1_minus_one(nu + 1.0, 0.25 * kappa * kappa)
             kappa_safe = jnp.where(kappa > 0, kappa, 1.0)
             recurrence = (
-                nu * jnp.log(kappa_safe) - (nu + 1.0) * _LOG_2PI - _recurrence(nu, kappa)[2]
+                nu * jnp.log(kappa_safe)
+                - (nu + 1.0) * _LOG_2PI
+                - _recurrence(nu, kappa, scaled=scaled)[2]
             )
             return jnp.where(kappa <= SERIES_MAX_ARG, series, recurrence)
 
-        value = _select(branch, nu, lambda n: _debye(n, kappa)[3], small)
+        if scaled:
+            value = _select(branch, nu, lambda n: _debye_scaled(n, kappa)[1], small)
+        else:
+            value = _select(branch, nu, lambda n: _debye(n, kappa)[3], small)
         return jnp.where(kappa == 0, -log_area, value)
 
     def log_normalizer_jvp(primals, tangents):
@@ -481,48 +437,13 @@ def _make_log_vmf_normalizer(branch):
         value = log_normalizer(d, kappa, log_area)
         if isinstance(kappa_dot, SymbolicZero):
             return value, jnp.zeros_like(value)
-        # d/dkappa log C_d(kappa) = -A_d(kappa), exactly (no difference of large terms).
-        ratio, _ = _ratio_pair(branch, 0.5 * d - 1.0, kappa)
-        return value, -ratio * kappa_dot
+        # d/dkappa log C_d(kappa) = -A_d(kappa) and d/dkappa (log C_d + kappa) = 1 - A_d,
+        # both exactly (no difference of large terms).
+        ratio, one_minus_ratio = _ratio_pair(branch, 0.5 * d - 1.0, kappa)
+        return value, (one_minus_ratio if scaled else -ratio) * kappa_dot
 
     log_normalizer.defjvp(log_normalizer_jvp, symbolic_zeros=True)
     return log_normalizer
-
-
-def _make_log_vmf_normalizer_plus_kappa(branch):
-    @jax.custom_jvp
-    def log_normalizer_plus_kappa(d, kappa, log_area):
-        nu = 0.5 * d - 1.0
-
-        def small(nu):
-            series = (
-                kappa - log_area - _log_hypergeometric_0f1_minus_one(nu + 1.0, 0.25 * kappa * kappa)
-            )
-            kappa_safe = jnp.where(kappa > 0, kappa, 1.0)
-            recurrence = (
-                nu * jnp.log(kappa_safe)
-                - (nu + 1.0) * _LOG_2PI
-                - _recurrence(nu, kappa, scaled=True)[2]
-            )
-            return jnp.where(kappa <= SERIES_MAX_ARG, series, recurrence)
-
-        value = _select(branch, nu, lambda n: _debye_scaled(n, kappa)[1], small)
-        return jnp.where(kappa == 0, -log_area, value)
-
-    def log_normalizer_plus_kappa_jvp(primals, tangents):
-        d, kappa, log_area = primals
-        d_dot, kappa_dot, area_dot = tangents
-        _check_no_tangent(d_dot, "the dimension d")
-        _check_no_tangent(area_dot, "the dimension d")
-        value = log_normalizer_plus_kappa(d, kappa, log_area)
-        if isinstance(kappa_dot, SymbolicZero):
-            return value, jnp.zeros_like(value)
-        # d/dkappa (log C_d(kappa) + kappa) = 1 - A_d(kappa), without cancellation
-        _, one_minus_ratio = _ratio_pair(branch, 0.5 * d - 1.0, kappa)
-        return value, one_minus_ratio * kappa_dot
-
-    log_normalizer_plus_kappa.defjvp(log_normalizer_plus_kappa_jvp, symbolic_zeros=True)
-    return log_normalizer_plus_kappa
 
 
 def _order_of(d):
@@ -546,11 +467,22 @@ def _branch_of_order(nu):
 # jitted once here, so that eager calls do not re-trace the loops (each call would otherwise
 # build new loop-body closures and compile them again).
 _LOG_BESSEL_IV = {b: jax.jit(_make_log_bessel_iv(b)) for b in _BRANCHES}
-_LOG_VMF_NORMALIZER = {b: jax.jit(_make_log_vmf_normalizer(b)) for b in _BRANCHES}
-_RATIO_PAIR = {b: jax.jit(functools.partial(_ratio_pair, b)) for b in _BRANCHES}
-_LOG_VMF_NORMALIZER_PLUS_KAPPA = {
-    b: jax.jit(_make_log_vmf_normalizer_plus_kappa(b)) for b in _BRANCHES
+_LOG_VMF_NORMALIZER = {
+    (b, scaled): jax.jit(_make_log_vmf_normalizer(b, scaled))
+    for b in _BRANCHES
+    for scaled in (False, True)
 }
+_RATIO_PAIR = {b: jax.jit(functools.partial(_ratio_pair, b)) for b in _BRANCHES}
+
+
+def _normalizer(d, kappa, scaled):
+    """Evaluate log C_d(kappa) (+ kappa if ``scaled``) with the branch a static d needs."""
+    branch = _branch_of_order(_order_of(d))
+    # log|S^{d-1}| (the series branch and kappa = 0) on the host for a static d: correctly
+    # rounded, and the same value as log_sphere_area(d), so kappa = 0 is exactly the uniform
+    log_area = log_sphere_area(d)
+    d, kappa = _promote(d, kappa)
+    return _LOG_VMF_NORMALIZER[branch, scaled](d, kappa, jnp.asarray(log_area, kappa.dtype))
 
 
 def log_bessel_iv(nu, x):
@@ -620,12 +552,7 @@ def log_vmf_normalizer(d, kappa):
     >>> bool(np.isclose(log_vmf_normalizer(3, kappa), np.log(kappa / (4 * np.pi * np.sinh(kappa)))))
     True
     """
-    branch = _branch_of_order(_order_of(d))
-    # log|S^{d-1}| (the series branch and kappa = 0) on the host for a static d: correctly
-    # rounded, and the same value as log_sphere_area(d), so kappa = 0 is exactly the uniform
-    log_area = log_sphere_area(d)
-    d, kappa = _promote(d, kappa)
-    return _LOG_VMF_NORMALIZER[branch](d, kappa, jnp.asarray(log_area, kappa.dtype))
+    return _normalizer(d, kappa, scaled=False)
 
 
 def log_vmf_normalizer_plus_kappa(d, kappa):
@@ -661,10 +588,7 @@ def log_vmf_normalizer_plus_kappa(d, kappa):
     >>> bool(np.isclose(log_vmf_normalizer_plus_kappa(3, kappa), np.log(kappa / (2 * np.pi))))
     True
     """
-    branch = _branch_of_order(_order_of(d))
-    log_area = log_sphere_area(d)
-    d, kappa = _promote(d, kappa)
-    return _LOG_VMF_NORMALIZER_PLUS_KAPPA[branch](d, kappa, jnp.asarray(log_area, kappa.dtype))
+    return _normalizer(d, kappa, scaled=True)
 
 
 def _ratio_from_dimension(d, kappa):
