@@ -214,21 +214,44 @@ def update_mu0_c0(mean_mu, mu0, d: int):
     return mu0, c0
 
 
-def update_m_s2(mean_log_kappa, var_log_kappa):
+def update_m_s2(mean_log_kappa, var_log_kappa, pooled=None, s2=None):
     """Empirical Bayes for (m, s2) (sec. 3.1.3 of [1]_): the normal MLE of log kappa_j under q.
 
     m = mean_j E[log kappa_j]; s2 = mean_j (Var[log kappa_j] + (E[log kappa_j] - m)^2),
     floored at :data:`S2_MIN`: the maximiser of -sum_j KL(N(a_j, b_j) || N(m, s2)).
 
+    With ``pooled`` (a shared concentration, :func:`._kappa.pooled_update`) the pooled entries
+    are one concentration and count once (weight 1 / their number), as in
+    :func:`._kappa.kl_total`. When that leaves a single concentration (every entry pooled:
+    B-vMFmix with ``shared_kappa=True``), s2 is not updated and the given ``s2`` is returned:
+    the MLE of a variance from one concentration is that concentration's own posterior
+    variance, and iterating it shrinks the prior onto a point (each update of q(kappa) then
+    tightens q, the next s2 follows it, down to :data:`S2_MIN`), freezing kappa at its
+    current value. m is still its maximiser (m = E[log kappa]).
+
     Parameters
     ----------
     mean_log_kappa, var_log_kappa : jax.Array of shape (J,)
         E_q[log kappa_j] and Var_q[log kappa_j] (:class:`._kappa.KappaMoments`).
+    pooled : jax.Array of bool, shape (J,), optional
+        Entries sharing one concentration (None: none).
+    s2 : float or jax.Array, optional
+        The current s2, returned when a single concentration remains (needed with
+        ``pooled``).
 
     Returns
     -------
     m, s2 : jax.Array
     """
-    m = jnp.mean(mean_log_kappa)
-    s2 = jnp.mean(var_log_kappa + (mean_log_kappa - m) ** 2)
-    return m, jnp.maximum(s2, S2_MIN)
+    if pooled is None:
+        m = jnp.mean(mean_log_kappa)
+        s2_new = jnp.mean(var_log_kappa + (mean_log_kappa - m) ** 2)
+        return m, jnp.maximum(s2_new, S2_MIN)
+    pooled = jnp.asarray(pooled, bool)
+    n_pooled = jnp.sum(pooled)
+    weight = jnp.where(pooled, 1.0 / jnp.maximum(n_pooled, 1), 1.0)
+    total = jnp.sum(weight)
+    m = jnp.sum(weight * mean_log_kappa) / total
+    s2_new = jnp.sum(weight * (var_log_kappa + (mean_log_kappa - m) ** 2)) / total
+    single = jnp.all(pooled)
+    return m, jnp.where(single, jnp.asarray(s2, jnp.float64), jnp.maximum(s2_new, S2_MIN))

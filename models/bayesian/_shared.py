@@ -297,7 +297,17 @@ def kappa_moments_at(d, kappa, scheme) -> Any:
 
 
 def update_kappa_priors(
-    rng_key, state, weight, dot, top_means, *, scheme, empirical_bayes, num_samples, num_steps
+    rng_key,
+    state,
+    weight,
+    dot,
+    top_means,
+    *,
+    scheme,
+    empirical_bayes,
+    num_samples,
+    num_steps,
+    pooled=None,
 ):
     """Update q(kappa) and, with ``empirical_bayes``, the priors; return the new state.
 
@@ -306,10 +316,15 @@ def update_kappa_priors(
     (from q(pi)), mu0 (the direction of ``top_means``, the E[mu] the prior vMF(mu0, C0)
     generates: the root's, or every cluster's at the first time step) and (m, s2) from the
     moments of log kappa. C0 stays the user's (docs/bayesian_hierarchical_temporal.md).
-    ``state`` is an HState or a TState (fields ``kappa``, ``priors``, ``rho``).
+    ``state`` is an HState or a TState (fields ``kappa``, ``priors``, ``rho``). ``pooled``
+    (bool (J,), optional): the concentrations that are one shared kappa
+    (``shared_kappa=True``; :func:`._kappa.pooled_update`, and (m, s2) count them once).
     """
     p = state.priors
-    kappa, _ = _kappa.update(
+    update = (
+        _kappa.update if pooled is None else functools.partial(_kappa.pooled_update, pooled=pooled)
+    )
+    kappa, _ = update(
         scheme,
         rng_key,
         state.kappa.state,
@@ -325,7 +340,7 @@ def update_kappa_priors(
     if empirical_bayes:  # a static switch: fits with and without it are two programs
         alpha = _eb.update_alpha(p.alpha, state.rho)
         mu0, _ = _eb.update_mu0(top_means, p.mu0)
-        m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
+        m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa, pooled, p.s2)
         p = p._replace(alpha=alpha, mu0=mu0, m=m, s2=s2)
     return state._replace(kappa=kappa, priors=p)
 
