@@ -25,7 +25,13 @@ Every estimator of the package derives from :class:`BaseVMFEstimator`, which is 
 * **seeds**: :func:`make_key` turns ``random_state`` (None, an int, a NumPy ``RandomState``
   or ``Generator``, a JAX key) into the JAX key of one fit;
 * **verbosity**: ``verbose`` has scikit-learn's meaning, an int level (0 silent; 1 and more
-  show a progress bar of the fit loop, :meth:`BaseVMFEstimator._progress`).
+  show a progress bar of the fit loop, :meth:`BaseVMFEstimator._progress`);
+* **compiled programs**: ``fit``, ``predict``, ``score_samples`` and the other methods of
+  :data:`bayesvmf._compile_cache.CACHED_METHODS` that a subclass defines run inside JAX's
+  persistent compilation cache (:func:`bayesvmf._compile_cache.compilation_cache`), so a
+  new Python process reads the programs an earlier one compiled; JAX's settings are changed
+  only while such a method runs (:func:`bayesvmf.set_compilation_cache` and the environment
+  variable ``BAYESVMF_NO_COMPILATION_CACHE`` turn it off).
 
 The mixture API (``predict``, ``score_samples``, ``sample``, ``bic``) is not here: it is
 :class:`bayesvmf._mixture.BaseVMFMixture`, which adds :class:`~sklearn.base.DensityMixin`
@@ -37,6 +43,7 @@ and :class:`~sklearn.base.ClusterMixin` to this base. Estimators that do not sha
 from __future__ import annotations
 
 import numbers
+import types
 from typing import Any
 
 import jax
@@ -47,6 +54,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from bayesvmf._compile_cache import CACHED_METHODS, cached
 from bayesvmf.exceptions import NotFittedError
 
 __all__ = [
@@ -199,6 +207,19 @@ class BaseVMFEstimator(BaseEstimator):
     #: attributes that exist exactly when the estimator is fitted (``__sklearn_is_fitted__``);
     #: None means scikit-learn's default (any attribute ending in ``_``)
     _fitted_check: tuple[str, ...] | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        """Run the subclass's fitting and evaluating methods inside the compilation cache.
+
+        Each method named in :data:`bayesvmf._compile_cache.CACHED_METHODS` that the
+        subclass defines itself (a plain function) is wrapped by
+        :func:`~bayesvmf._compile_cache.cached`, so that no model has to remember it.
+        """
+        super().__init_subclass__(**kwargs)
+        for name in CACHED_METHODS:
+            method = cls.__dict__.get(name)
+            if isinstance(method, types.FunctionType):
+                setattr(cls, name, cached(method))
 
     def __sklearn_tags__(self):
         """Return the estimator tags: a density estimator of 2-D (or sparse) directions.

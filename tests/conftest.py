@@ -1,11 +1,18 @@
 """Shared test set-up: float64 JAX on the CPU, seeded generators, the shared data folder.
 
+The estimators' persistent compilation cache (bayesvmf._compile_cache) is pointed at a
+temporary folder of this process, removed at exit: the suite never writes to the user's
+cache folder. Setting ``BAYESVMF_NO_COMPILATION_CACHE=1`` turns it off.
+
 The package itself never flips a global JAX flag; the test suite does (as NumPyro's own
 suite does) so that the float64 accuracy contract of docs/design.md section 3 is what is tested.
 float32 behaviour is tested explicitly inside ``jax.enable_x64(False)`` blocks.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -15,7 +22,15 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from bayesvmf import set_compilation_cache  # noqa: E402
+
 jax.config.update("jax_enable_x64", True)
+
+#: This process's compilation cache (each xdist worker imports this file: one folder each,
+#: so no two processes write one file at once; JAX writes cache files in place, unlocked).
+_COMPILATION_CACHE = tempfile.mkdtemp(prefix="bayesvmf-test-jax-cache-")
+atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
+set_compilation_cache(True, _COMPILATION_CACHE)
 
 #: ``../shared/data`` beside the project root (present in CI, absent on a user's machine).
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
