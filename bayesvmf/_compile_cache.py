@@ -10,7 +10,7 @@ puts every setting back afterwards. Every estimator method that fits or evaluate
 (``fit``, ``predict``, ``score_samples``, ... :data:`CACHED_METHODS`) runs inside it
 (:func:`cached`, applied by :class:`bayesvmf._base.BaseVMFEstimator` to its subclasses).
 
-How JAX 0.10 reads and writes the cache (``jax/_src/compilation_cache.py``, ``compiler.py``),
+How JAX 0.10 reads and writes the cache (its modules ``compilation_cache`` and ``compiler``),
 and why the block does what it does:
 
 * JAX opens the cache folder once, at the first compilation after a reset, with the settings
