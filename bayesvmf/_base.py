@@ -191,14 +191,6 @@ class BaseVMFEstimator(BaseEstimator):
     ``self._make_key()`` (:func:`make_key` of ``random_state``) and guard fitted methods with
     :meth:`_check_is_fitted`. ``get_params``, ``set_params``, ``clone``, ``repr`` and
     pickling come from :class:`sklearn.base.BaseEstimator`.
-
-    Notes
-    -----
-    ``_parameter_constraints`` may still hold, during the migration to scikit-learn's
-    constraints, objects with the package's former protocol (``check(value) -> bool`` and
-    ``describe() -> str``, e.g. ``bayesvmf._parallel.DevicesOption``); they are checked
-    first, with the former message "<Class>: parameter '<name>' must be <describe>; got
-    <value>.". This path goes once no estimator declares such an object.
     """
 
     #: scikit-learn parameter constraints, ``{name: [constraint, ...]}``
@@ -248,19 +240,11 @@ class BaseVMFEstimator(BaseEstimator):
             A ``ValueError`` (and ``TypeError``) naming the parameter, the constraint and
             the value (scikit-learn's message).
         """
-        params = self.get_params(deep=False)
-        sklearn_style = {}
-        for name, constraint in self._parameter_constraints.items():
-            if hasattr(constraint, "check") and hasattr(constraint, "describe"):
-                # the former protocol, until every estimator has migrated (class Notes)
-                if not constraint.check(params[name]):
-                    raise ValueError(
-                        f"{type(self).__name__}: parameter {name!r} must be "
-                        f"{constraint.describe()}; got {params[name]!r}."
-                    )
-            else:
-                sklearn_style[name] = constraint
-        validate_parameter_constraints(sklearn_style, params, caller_name=type(self).__name__)
+        validate_parameter_constraints(
+            self._parameter_constraints,
+            self.get_params(deep=False),
+            caller_name=type(self).__name__,
+        )
 
     # ---- input --------------------------------------------------------------------------
 

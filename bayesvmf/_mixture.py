@@ -61,7 +61,6 @@ from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFit
 __all__ = [
     "best_run",
     "make_key",
-    "set_params",
     "ConvergenceWarning",
     "DegenerateRunWarning",
     "NotFittedError",
@@ -844,103 +843,6 @@ def crisp_statistics(data, mu: jax.Array):
     labels = jnp.argmax(data_dot(data, mu.T), axis=1)
     resp = jax.nn.one_hot(labels, mu.shape[0], dtype=jnp.float64)
     return resultants(data, resp)
-
-
-# --------------------------------------------------------------------------------------------
-# Former parameter validation (until the Bayesian models migrate to scikit-learn's)
-# --------------------------------------------------------------------------------------------
-# The estimators declare scikit-learn constraints (bayesvmf._base). The four classes below
-# and set_params() remain only for models/bayesian and models/dirichlet, which still import
-# them; BaseVMFEstimator._validate_params accepts their check/describe protocol meanwhile.
-
-
-class Interval(NamedTuple):
-    """A numeric constraint: ``kind`` is ``int`` or ``float``; bounds closed unless noted."""
-
-    kind: type
-    low: float | None
-    high: float | None
-    low_open: bool = False
-
-    def check(self, value) -> bool:
-        """Return whether ``value`` satisfies the constraint."""
-        if isinstance(value, bool | np.bool_):
-            return False
-        if self.kind is int and not isinstance(value, numbers.Integral):
-            return False
-        if not isinstance(value, numbers.Real) or not np.isfinite(value):
-            return False
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        return self.high is None or value <= self.high
-
-    def describe(self) -> str:
-        """Describe the constraint in words."""
-        name = "an int" if self.kind is int else "a finite number"
-        parts = []
-        if self.low is not None:
-            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
-        if self.high is not None:
-            parts.append(f"<= {self.high:g}")
-        return name + (" " + " and ".join(parts) if parts else "")
-
-
-class Options(NamedTuple):
-    """One of a fixed set of values."""
-
-    values: tuple
-
-    def check(self, value) -> bool:
-        """Return whether ``value`` is one of the options."""
-        return isinstance(value, str | bool | None) and value in self.values
-
-    def describe(self) -> str:
-        """Describe the constraint in words."""
-        return "one of " + ", ".join(repr(v) for v in self.values)
-
-
-class Boolean(NamedTuple):
-    """``True`` or ``False``."""
-
-    def check(self, value) -> bool:
-        """Return whether ``value`` is a bool."""
-        return isinstance(value, bool | np.bool_)
-
-    def describe(self) -> str:
-        """Describe the constraint in words."""
-        return "a bool"
-
-
-class RandomState(NamedTuple):
-    """``None``, a non-negative int or a JAX PRNG key."""
-
-    def check(self, value) -> bool:
-        """Return whether ``value`` can seed the estimator."""
-        if value is None:
-            return True
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            return 0 <= int(value) < 2**63
-        return isinstance(value, jax.Array)
-
-    def describe(self) -> str:
-        """Describe the constraint in words."""
-        return "None, an int >= 0 or a jax.random key"
-
-
-def set_params(estimator, valid, params: dict):
-    """Set constructor arguments ``params`` of ``estimator`` (names in ``valid``); return it.
-
-    For estimators that do not derive from :class:`bayesvmf._base.BaseVMFEstimator` yet;
-    values are validated at the next ``fit``.
-    """
-    for name, value in params.items():
-        if name not in valid:
-            raise ValueError(
-                f"Invalid parameter {name!r} for {type(estimator).__name__}; "
-                f"valid parameters are {list(valid)}."
-            )
-        setattr(estimator, name, value)
-    return estimator
 
 
 # --------------------------------------------------------------------------------------------
