@@ -45,6 +45,8 @@ import contextlib
 import contextvars
 import functools
 import os
+import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -209,14 +211,62 @@ def cached(method: Callable) -> Callable:
 
     Used by :class:`bayesvmf._base.BaseVMFEstimator` on the :data:`CACHED_METHODS` of its
     subclasses; nested calls (``fit`` calling ``fit_predict``) cost one attribute read.
+
+    The wrapper is a frame of its own between the caller and the method, which would move
+    every warning the package emits with a ``stacklevel`` meant for the caller onto the
+    wrapper. The outermost call therefore records the warnings and emits each again after
+    the method: those raised inside bayesvmf at the caller's line (where their
+    ``stacklevel`` meant them to be), the others (JAX's, NumPyro's) where they were raised.
+    A warning that the filters turn into an error is raised then, after the method; when
+    the method itself raised, its exception is the one that propagates.
     """
     if getattr(method, "_bayesvmf_cached", False):
         return method
 
     @functools.wraps(method)
     def run_cached(*args, **kwargs):
-        with compilation_cache():
+        if _INSIDE.get():
             return method(*args, **kwargs)
+        token = _INSIDE.set(True)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with compilation_cache():
+                    result = method(*args, **kwargs)
+        except BaseException:
+            with contextlib.suppress(Warning):
+                _emit_again(caught, sys._getframe(1))
+            raise
+        finally:
+            _INSIDE.reset(token)
+        _emit_again(caught, sys._getframe(1))
+        return result
 
     run_cached._bayesvmf_cached = True
     return run_cached
+
+
+#: True while an estimator method runs inside :func:`cached` (the outermost one records).
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "bayesvmf_cached_method", default=False
+)
+
+#: Warnings raised in these files belong to the caller of the estimator method.
+_PACKAGE_FILES = (
+    str(Path(__file__).resolve().parent) + os.sep,
+    str(Path(__file__).resolve().parents[1] / "models") + os.sep,
+)
+
+
+def _emit_again(caught: list, caller) -> None:
+    """Emit the recorded warnings again, the package's at the ``caller`` frame's line."""
+    registry = caller.f_globals.setdefault("__warningregistry__", {})
+    for record in caught:
+        filename, lineno = record.filename, record.lineno
+        module, reg = None, None
+        if os.path.abspath(filename).startswith(_PACKAGE_FILES):
+            filename, lineno = caller.f_code.co_filename, caller.f_lineno
+            module, reg = caller.f_globals.get("__name__"), registry
+        warnings.warn_explicit(
+            record.message, record.category, filename, lineno, module=module, registry=reg
+        )

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -86,6 +88,37 @@ def test_a_disabled_block_keeps_nested_blocks_off(tmp_path):
             assert inner is None and jax.config.jax_compilation_cache_dir is None
     with compilation_cache(folder=tmp_path / "after") as after:  # the default again
         assert after == tmp_path / "after"
+
+
+class _Warner(BaseVMFEstimator):
+    """An estimator whose fit warns at its caller's line, as the package's warnings do."""
+
+    def fit(self, X=None, y=None):
+        self.fitted_ = True
+        warnings.warn("at the caller", UserWarning, stacklevel=2)
+        return self
+
+    def predict(self, X=None):
+        if X == "raise":
+            warnings.warn("before the error", UserWarning, stacklevel=2)
+            raise KeyError("inside")
+        return self.fit().fitted_  # nested: the outermost call re-emits
+
+
+def test_warnings_keep_pointing_at_the_caller():
+    with pytest.warns(UserWarning, match="at the caller") as record:
+        _Warner().fit()
+    assert [Path(w.filename) for w in record] == [Path(__file__)]
+    with pytest.warns(UserWarning, match="at the caller") as record:
+        _Warner().predict()
+    assert [Path(w.filename) for w in record] == [Path(__file__)]
+    # the method's exception wins over a warning the filters turn into an error
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(KeyError, match="inside"):
+            _Warner().predict("raise")
+        with pytest.raises(UserWarning, match="at the caller"):
+            _Warner().fit()
 
 
 class _Recorder(BaseVMFEstimator):
