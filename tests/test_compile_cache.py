@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.sparse
 
 import bayesvmf
 from bayesvmf import _compile_cache
@@ -200,7 +201,7 @@ def test_settings_restored_after_an_error(tmp_path):
 SCRIPT = textwrap.dedent(
     """
     import json, sys
-    import jax, numpy as np
+    import jax, numpy as np, scipy.sparse
     import bayesvmf
     from bayesvmf.models import SparseVMFMixture
 
@@ -209,13 +210,16 @@ SCRIPT = textwrap.dedent(
     jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
     X = np.random.default_rng(0).normal(size=(40, 3))
     SparseVMFMixture(2, n_init=1, max_iter=3, random_state=0).fit(X)
+    # sparse input: the SciPy products are a custom call, not a host callback
+    X_csr = scipy.sparse.csr_matrix(np.abs(X))
+    SparseVMFMixture(2, n_init=1, max_iter=3, random_state=0).fit(X_csr)
     print(json.dumps({name.rsplit("/", 1)[-1]: events.count(name) for name in set(events)}))
     """
 )
 
 
 def test_a_later_process_reads_the_fit_back(tmp_path):
-    """A second process's fit compiles nothing: every program comes from the cache."""
+    """A second process's fits (dense and CSR) compile nothing: all come from the cache."""
     env = {k: v for k, v in os.environ.items() if k != ENV_DISABLE}
 
     def run():
@@ -234,3 +238,30 @@ def test_a_later_process_reads_the_fit_back(tmp_path):
     assert first.get("cache_hits", 0) == 0 and first["cache_misses"] > 0
     assert second["cache_hits"] == first["cache_misses"]
     assert second.get("cache_misses", 0) == 0
+
+
+def test_host_kernel_products_equal_scipy():
+    """The custom call of the "scipy" kernel: X @ B, X.T @ B, vmapped, float32 and float64."""
+    from bayesvmf import _host_kernel
+    from bayesvmf._mixture import register_host_block
+
+    A = scipy.sparse.random(30, 7, density=0.3, random_state=0, format="csr")
+    handle, anchor = register_host_block(A)
+    B = np.random.default_rng(0).normal(size=(2, 30, 3))
+    with jax.enable_x64(True):
+        product = jax.jit(
+            jax.vmap(lambda b: _host_kernel.scipy_product(handle, b, shape=A.shape, transpose=True))
+        )
+        np.testing.assert_allclose(product(B), [A.T @ b for b in B], rtol=1e-14)
+        out = _host_kernel.scipy_product(handle, B[0, :7], shape=A.shape, transpose=False)
+        np.testing.assert_allclose(out, A @ B[0, :7], rtol=1e-14)
+    A32 = A.astype(np.float32)
+    handle32, anchor32 = register_host_block(A32)
+    B32 = B[0, :7].astype(np.float32)
+    out = _host_kernel.scipy_product(handle32, B32, shape=A.shape, transpose=False)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, A32 @ B32, rtol=1e-6)
+    with pytest.raises(ValueError, match="the sparse data of a product cannot be batched"):
+        jax.vmap(lambda h: _host_kernel.scipy_product(h, B32, shape=A.shape, transpose=False))(
+            np.stack([handle32, handle32])
+        )
