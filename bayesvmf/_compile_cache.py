@@ -118,9 +118,11 @@ def set_compilation_cache(enabled: bool = True, folder=None) -> None:
 
     Examples
     --------
+    (Not run as a doctest: it changes the process-wide default.)
+
     >>> import bayesvmf
-    >>> bayesvmf.set_compilation_cache(False)  # no compiled programs on disk
-    >>> bayesvmf.set_compilation_cache()  # back to the default
+    >>> bayesvmf.set_compilation_cache(False)  # no programs on disk  # doctest: +SKIP
+    >>> bayesvmf.set_compilation_cache()  # back to the default  # doctest: +SKIP
     """
     if not isinstance(enabled, bool):
         raise TypeError(f"enabled must be a bool; got {enabled!r}.")

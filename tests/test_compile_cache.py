@@ -106,7 +106,8 @@ class _Warner(BaseVMFEstimator):
         return self.fit().fitted_  # nested: the outermost call re-emits
 
 
-def test_warnings_keep_pointing_at_the_caller():
+def test_warnings_keep_pointing_at_the_caller(tmp_path, default_settings):
+    bayesvmf.set_compilation_cache(True, tmp_path / "jax")
     with pytest.warns(UserWarning, match="at the caller") as record:
         _Warner().fit()
     assert [Path(w.filename) for w in record] == [Path(__file__)]
