@@ -1,5 +1,6 @@
 """bayesvmf: Bayesian and penalised von Mises-Fisher mixture models on JAX and NumPyro."""
 
+from bayesvmf._compile_cache import set_compilation_cache
 from bayesvmf.data import check_directional, make_vmf_mixture
 from bayesvmf.distribution import SphericalUniform, VonMisesFisher, unit_vector
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
@@ -18,5 +19,6 @@ __all__ = [
     "load",
     "make_vmf_mixture",
     "save",
+    "set_compilation_cache",
     "unit_vector",
 ]

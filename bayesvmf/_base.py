@@ -25,7 +25,13 @@ Every estimator of the package derives from :class:`BaseVMFEstimator`, which is 
 * **seeds**: :func:`make_key` turns ``random_state`` (None, an int, a NumPy ``RandomState``
   or ``Generator``, a JAX key) into the JAX key of one fit;
 * **verbosity**: ``verbose`` has scikit-learn's meaning, an int level (0 silent; 1 and more
-  show a progress bar of the fit loop, :meth:`BaseVMFEstimator._progress`).
+  show a progress bar of the fit loop, :meth:`BaseVMFEstimator._progress`);
+* **compiled programs**: ``fit``, ``predict``, ``score_samples`` and the other methods of
+  :data:`bayesvmf._compile_cache.CACHED_METHODS` that a subclass defines run inside JAX's
+  persistent compilation cache (:func:`bayesvmf._compile_cache.compilation_cache`), so a
+  new Python process reads the programs an earlier one compiled; JAX's settings are changed
+  only while such a method runs (:func:`bayesvmf.set_compilation_cache` and the environment
+  variable ``BAYESVMF_NO_COMPILATION_CACHE`` turn it off).
 
 The mixture API (``predict``, ``score_samples``, ``sample``, ``bic``) is not here: it is
 :class:`bayesvmf._mixture.BaseVMFMixture`, which adds :class:`~sklearn.base.DensityMixin`
@@ -37,6 +43,7 @@ and :class:`~sklearn.base.ClusterMixin` to this base. Estimators that do not sha
 from __future__ import annotations
 
 import numbers
+import types
 from typing import Any
 
 import jax
@@ -47,6 +54,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, validate_parameter_constraints
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from bayesvmf._compile_cache import CACHED_METHODS, cached
 from bayesvmf.exceptions import NotFittedError
 
 __all__ = [
@@ -183,14 +191,6 @@ class BaseVMFEstimator(BaseEstimator):
     ``self._make_key()`` (:func:`make_key` of ``random_state``) and guard fitted methods with
     :meth:`_check_is_fitted`. ``get_params``, ``set_params``, ``clone``, ``repr`` and
     pickling come from :class:`sklearn.base.BaseEstimator`.
-
-    Notes
-    -----
-    ``_parameter_constraints`` may still hold, during the migration to scikit-learn's
-    constraints, objects with the package's former protocol (``check(value) -> bool`` and
-    ``describe() -> str``, e.g. ``bayesvmf._parallel.DevicesOption``); they are checked
-    first, with the former message "<Class>: parameter '<name>' must be <describe>; got
-    <value>.". This path goes once no estimator declares such an object.
     """
 
     #: scikit-learn parameter constraints, ``{name: [constraint, ...]}``
@@ -199,6 +199,19 @@ class BaseVMFEstimator(BaseEstimator):
     #: attributes that exist exactly when the estimator is fitted (``__sklearn_is_fitted__``);
     #: None means scikit-learn's default (any attribute ending in ``_``)
     _fitted_check: tuple[str, ...] | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        """Run the subclass's fitting and evaluating methods inside the compilation cache.
+
+        Each method named in :data:`bayesvmf._compile_cache.CACHED_METHODS` that the
+        subclass defines itself (a plain function) is wrapped by
+        :func:`~bayesvmf._compile_cache.cached`, so that no model has to remember it.
+        """
+        super().__init_subclass__(**kwargs)
+        for name in CACHED_METHODS:
+            method = cls.__dict__.get(name)
+            if isinstance(method, types.FunctionType):
+                setattr(cls, name, cached(method))
 
     def __sklearn_tags__(self):
         """Return the estimator tags: a density estimator of 2-D (or sparse) directions.
@@ -227,19 +240,11 @@ class BaseVMFEstimator(BaseEstimator):
             A ``ValueError`` (and ``TypeError``) naming the parameter, the constraint and
             the value (scikit-learn's message).
         """
-        params = self.get_params(deep=False)
-        sklearn_style = {}
-        for name, constraint in self._parameter_constraints.items():
-            if hasattr(constraint, "check") and hasattr(constraint, "describe"):
-                # the former protocol, until every estimator has migrated (class Notes)
-                if not constraint.check(params[name]):
-                    raise ValueError(
-                        f"{type(self).__name__}: parameter {name!r} must be "
-                        f"{constraint.describe()}; got {params[name]!r}."
-                    )
-            else:
-                sklearn_style[name] = constraint
-        validate_parameter_constraints(sklearn_style, params, caller_name=type(self).__name__)
+        validate_parameter_constraints(
+            self._parameter_constraints,
+            self.get_params(deep=False),
+            caller_name=type(self).__name__,
+        )
 
     # ---- input --------------------------------------------------------------------------
 

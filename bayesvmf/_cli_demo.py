@@ -2,10 +2,11 @@
 
 Each section fits one model on scikit-learn's digits (or on a small synthetic problem) and
 says, in plain words, what it fitted, one or two numbers computed on the spot and its wall
-time. Nearly all of the time is XLA compiling each model once;
-:func:`bayesvmf._compile_cache.compilation_cache` keeps the compiled programs in
-``cache_dir()/jax`` (:func:`bayesvmf.datasets.cache_dir`) while the demo runs and restores
-JAX's configuration afterwards. Re-exported by
+time. Nearly all of the time is XLA compiling each model once; the estimators' own
+compilation cache (:func:`bayesvmf._compile_cache.compilation_cache`, in ``cache_dir()/jax``
+unless :func:`bayesvmf.set_compilation_cache` says otherwise) keeps the compiled programs
+for the next run, and the demo runs inside one such block, so that what it compiles outside
+the estimators (the distribution's sampler) is kept too. Re-exported by
 :mod:`bayesvmf.cli`, whose ``main`` dispatches to :func:`demo`.
 """
 
@@ -300,10 +301,11 @@ def demo(seed: int = 0, num_samples: int = 200, cache: bool = True) -> dict:
 
     Every section prints what it fitted, one or two numbers computed on the spot and its
     wall time; the returned dict holds those numbers by section name. With ``cache``, the
-    compiled programs are kept on disk (:func:`bayesvmf.datasets.cache_dir`) for the next
-    run; JAX's configuration is restored afterwards.
+    compiled programs are kept on disk (:func:`bayesvmf.set_compilation_cache`) for the
+    next run; JAX's configuration is restored afterwards. ``cache=False`` turns the cache
+    off for every estimator the demo fits.
     """
-    with compilation_cache(cache) as folder:
+    with compilation_cache(None if cache else False) as folder:
         return _run_demo(seed, num_samples, folder)
 
 

@@ -1,4 +1,4 @@
-"""A persistent compilation cache for the duration of a fit.
+"""A persistent compilation cache, on during the estimators' methods and off otherwise.
 
 Most of a first fit in a new Python process is XLA compiling the fit's programs (issue 19:
 a B-vMFmix fit took 9.7-16.4 s the first time against 2.8 s after). JAX can keep compiled
@@ -6,31 +6,78 @@ programs on disk and read them back in later processes (its persistent compilati
 but it is off unless ``jax_compilation_cache_dir`` is set, a global setting that a library
 must not change on import. :func:`compilation_cache` turns it on only while a block runs,
 in the user cache folder of bayesvmf (:func:`bayesvmf.datasets.cache_dir`, ``/jax``), and
-puts every setting back afterwards.
+puts every setting back afterwards. Every estimator method that fits or evaluates
+(``fit``, ``predict``, ``score_samples``, ... :data:`CACHED_METHODS`) runs inside it
+(:func:`cached`, applied by :class:`bayesvmf._base.BaseVMFEstimator` to its subclasses).
 
-It changes nothing when
+How JAX 0.10 reads and writes the cache (its modules ``compilation_cache`` and ``compiler``),
+and why the block does what it does:
+
+* JAX opens the cache folder once, at the first compilation after a reset, with the settings
+  of that moment, and keeps it open; :func:`compilation_cache` therefore resets JAX's handle
+  on entry and on exit (``reset_cache``), so the folder is used exactly inside the block.
+  None of the settings it changes is part of a jitted function's in-memory cache key: a
+  program compiled inside the block is reused outside it without a new compilation.
+* JAX writes only programs that took at least ``jax_persistent_cache_min_compile_time_secs``
+  (default 1 s) to compile; most of a fit's programs take less, so the block sets 0.
+* JAX never writes a program that calls back into Python (``jax.pure_callback``: its host
+  callbacks cannot be serialised), whatever the settings.
+* There is no size bound (JAX's eviction needs the ``filelock`` package); delete the folder
+  to reclaim its space.
+
+The cache changes nothing when
 
 * the environment variable ``BAYESVMF_NO_COMPILATION_CACHE`` is set to anything but
-  ``""`` or ``"0"``, or ``enabled`` is false;
+  ``""`` or ``"0"``, or :func:`set_compilation_cache` turned it off, or an enclosing
+  ``compilation_cache(False)`` block did;
 * the session already has a cache folder (``jax_compilation_cache_dir``: the user's own, or
   an enclosing :func:`compilation_cache`) or has turned the cache off
   (``jax_enable_compilation_cache=False``);
 * the folder cannot be created (a read-only home): the programs are then compiled as usual.
+
+The cache is trusted code: do not point it at a folder that others may write to (JAX's
+warning in :func:`jax.experimental.compilation_cache.compilation_cache.set_cache_dir`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import os
-from collections.abc import Iterator
+import sys
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax
 
-__all__ = ["ENV_DISABLE", "compilation_cache"]
+__all__ = [
+    "CACHED_METHODS",
+    "ENV_DISABLE",
+    "cached",
+    "compilation_cache",
+    "set_compilation_cache",
+]
 
 #: Environment variable that turns the cache off when set to anything but "" or "0".
 ENV_DISABLE = "BAYESVMF_NO_COMPILATION_CACHE"
+
+#: Estimator methods that run inside :func:`compilation_cache` (those that compile programs).
+CACHED_METHODS = (
+    "fit",
+    "fit_predict",
+    "fit_transform",
+    "partial_fit",
+    "predict",
+    "predict_proba",
+    "score_samples",
+    "score",
+    "transform",
+    "sample",
+    "bic",
+    "aic",
+)
 
 #: The JAX settings :func:`compilation_cache` changes, restored on exit. JAX sets the third
 #: itself when it opens a cache folder.
@@ -40,13 +87,55 @@ _SETTINGS = (
     "jax_persistent_cache_min_entry_size_bytes",
 )
 
+#: The process-wide default of the estimators (:func:`set_compilation_cache`).
+_DEFAULT: dict = {"enabled": True, "folder": None}
+
+#: False inside a ``compilation_cache(False)`` block, so that the estimators' own blocks
+#: nested in it stay off (``bayesvmf demo --no-cache``); None elsewhere.
+_ENCLOSING: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
+    "bayesvmf_compilation_cache", default=None
+)
+
+
+def set_compilation_cache(enabled: bool = True, folder=None) -> None:
+    """Turn the estimators' persistent compilation cache on or off, or move it.
+
+    By default every estimator of bayesvmf keeps the programs XLA compiles for it on disk,
+    in ``cache_dir() / "jax"`` (:func:`bayesvmf.datasets.cache_dir`: ``$BAYESVMF_CACHE``,
+    ``$XDG_CACHE_HOME/bayesvmf`` or ``~/.cache/bayesvmf``), so that a new Python process
+    reads them back instead of compiling them again. JAX's own configuration is changed
+    only while an estimator method runs, and restored after it. This function sets that
+    default for the rest of the process; the environment variable
+    ``BAYESVMF_NO_COMPILATION_CACHE=1`` turns the cache off whatever is set here, and a
+    ``jax_compilation_cache_dir`` set by the session itself is always used as it is.
+
+    Parameters
+    ----------
+    enabled : bool, default True
+        False: compile every program in each process, write nothing.
+    folder : str or path-like, optional
+        The folder of the cache; None for the default above.
+
+    Examples
+    --------
+    (Not run as a doctest: it changes the process-wide default.)
+
+    >>> import bayesvmf
+    >>> bayesvmf.set_compilation_cache(False)  # no programs on disk  # doctest: +SKIP
+    >>> bayesvmf.set_compilation_cache()  # back to the default  # doctest: +SKIP
+    """
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool; got {enabled!r}.")
+    _DEFAULT["enabled"] = enabled
+    _DEFAULT["folder"] = None if folder is None else Path(folder)
+
 
 def _disabled_by_environment() -> bool:
     return os.environ.get(ENV_DISABLE, "") not in ("", "0")
 
 
 @contextlib.contextmanager
-def compilation_cache(enabled: bool = True, folder=None) -> Iterator[Path | None]:
+def compilation_cache(enabled: bool | None = None, folder=None) -> Iterator[Path | None]:
     """Keep XLA's compiled programs on disk while the block runs; yield the folder in use.
 
     Every program compiled inside the block is written to the folder, whatever its compile
@@ -57,11 +146,13 @@ def compilation_cache(enabled: bool = True, folder=None) -> Iterator[Path | None
 
     Parameters
     ----------
-    enabled : bool, default True
-        False: change nothing.
+    enabled : bool or None, default None
+        False: change nothing, and keep the blocks nested in this one off. None: the
+        enclosing block's choice, else the default of :func:`set_compilation_cache`.
     folder : str or path-like, optional
-        Cache folder; default ``cache_dir() / "jax"`` (:func:`bayesvmf.datasets.cache_dir`:
-        ``$BAYESVMF_CACHE``, ``$XDG_CACHE_HOME/bayesvmf`` or ``~/.cache/bayesvmf``).
+        Cache folder; default the one of :func:`set_compilation_cache`, else
+        ``cache_dir() / "jax"`` (:func:`bayesvmf.datasets.cache_dir`: ``$BAYESVMF_CACHE``,
+        ``$XDG_CACHE_HOME/bayesvmf`` or ``~/.cache/bayesvmf``).
 
     Yields
     ------
@@ -80,13 +171,21 @@ def compilation_cache(enabled: bool = True, folder=None) -> Iterator[Path | None
     if current:  # the session's own cache, or an enclosing block's: leave it as it is
         yield Path(current)
         return
+    if enabled is None:
+        enabled = _ENCLOSING.get()
+        enabled = _DEFAULT["enabled"] if enabled is None else enabled
     if not enabled or _disabled_by_environment() or not jax.config.jax_enable_compilation_cache:
-        yield None
+        token = _ENCLOSING.set(False) if not enabled else None
+        try:
+            yield None
+        finally:
+            if token is not None:
+                _ENCLOSING.reset(token)
         return
     if folder is None:
         from bayesvmf.datasets import cache_dir
 
-        folder = cache_dir() / "jax"
+        folder = _DEFAULT["folder"] or cache_dir() / "jax"
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -107,3 +206,69 @@ def compilation_cache(enabled: bool = True, folder=None) -> Iterator[Path | None
         for name, value in before.items():
             jax.config.update(name, value)
         jax_cache.reset_cache()
+
+
+def cached(method: Callable) -> Callable:
+    """Return ``method`` running inside :func:`compilation_cache` (its default settings).
+
+    Used by :class:`bayesvmf._base.BaseVMFEstimator` on the :data:`CACHED_METHODS` of its
+    subclasses; nested calls (``fit`` calling ``fit_predict``) cost one attribute read.
+
+    The wrapper is a frame of its own between the caller and the method, which would move
+    every warning the package emits with a ``stacklevel`` meant for the caller onto the
+    wrapper. The outermost call therefore records the warnings and emits each again after
+    the method: those raised inside bayesvmf at the caller's line (where their
+    ``stacklevel`` meant them to be), the others (JAX's, NumPyro's) where they were raised.
+    A warning that the filters turn into an error is raised then, after the method; when
+    the method itself raised, its exception is the one that propagates.
+    """
+    if getattr(method, "_bayesvmf_cached", False):
+        return method
+
+    @functools.wraps(method)
+    def run_cached(*args, **kwargs):
+        if _INSIDE.get():
+            return method(*args, **kwargs)
+        token = _INSIDE.set(True)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with compilation_cache():
+                    result = method(*args, **kwargs)
+        except BaseException:
+            with contextlib.suppress(Warning):
+                _emit_again(caught, sys._getframe(1))
+            raise
+        finally:
+            _INSIDE.reset(token)
+        _emit_again(caught, sys._getframe(1))
+        return result
+
+    run_cached._bayesvmf_cached = True
+    return run_cached
+
+
+#: True while an estimator method runs inside :func:`cached` (the outermost one records).
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "bayesvmf_cached_method", default=False
+)
+
+#: Warnings raised in these files belong to the caller of the estimator method.
+_PACKAGE_FILES = (
+    str(Path(__file__).resolve().parent) + os.sep,
+    str(Path(__file__).resolve().parents[1] / "models") + os.sep,
+)
+
+
+def _emit_again(caught: list, caller) -> None:
+    """Emit the recorded warnings again, the package's at the ``caller`` frame's line."""
+    registry = caller.f_globals.setdefault("__warningregistry__", {})
+    for record in caught:
+        filename, lineno = record.filename, record.lineno
+        module, reg = None, None
+        if os.path.abspath(filename).startswith(_PACKAGE_FILES):
+            filename, lineno = caller.f_code.co_filename, caller.f_lineno
+            module, reg = caller.f_globals.get("__name__"), registry
+        warnings.warn_explicit(
+            record.message, record.category, filename, lineno, module=module, registry=reg
+        )

@@ -44,6 +44,7 @@ import scipy.sparse as sp
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from sklearn.utils import _param_validation as pv
 
 from bayesvmf import _mixture
 from bayesvmf._mixture import DenseData, SparseData
@@ -175,20 +176,23 @@ def resolve_devices(devices, name: str = "devices") -> list | None:
     raise TypeError(f"{name} must be None, an int or a list of jax devices; got {devices!r}.")
 
 
-class DevicesOption:
-    """Parameter constraint of ``devices=``: None, an int >= 1 or a list of jax devices.
+class DevicesOption(list):
+    """The scikit-learn constraints of ``devices=``: None, an int >= 1, a list or a tuple.
 
-    Only the type is checked here (at ``fit``); :func:`resolve_devices` checks the value
-    against the devices JAX sees.
+    A list of scikit-learn constraints (``[None, Interval(Integral, 1, None), list, tuple]``)
+    for ``_parameter_constraints``, checked by
+    :meth:`bayesvmf._base.BaseVMFEstimator._validate_params` at ``fit`` (and by
+    scikit-learn's estimator checks). Only the type is checked there;
+    :func:`resolve_devices` checks the items of a list and the count against the devices
+    JAX sees.
     """
 
+    def __init__(self):
+        super().__init__([None, pv.Interval(numbers.Integral, 1, None, closed="left"), list, tuple])
+
     def check(self, value) -> bool:
-        """Return whether ``value`` has an acceptable type."""
-        if value is None:
-            return True
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            return int(value) >= 1
-        return isinstance(value, list | tuple) and all(isinstance(d, jax.Device) for d in value)
+        """Return whether ``value`` satisfies one of the constraints."""
+        return any(pv.make_constraint(rule).is_satisfied_by(value) for rule in self)
 
     def describe(self) -> str:
         """Describe the constraint in words."""

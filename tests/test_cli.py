@@ -12,7 +12,7 @@ import pytest
 import scipy.io
 import scipy.sparse
 
-from bayesvmf import _cli_demo, cli, load, make_vmf_mixture
+from bayesvmf import _cli_demo, _compile_cache, cli, load, make_vmf_mixture
 from bayesvmf._compile_cache import compilation_cache
 from bayesvmf.metrics import adjusted_rand as adjusted_rand_score
 from bayesvmf.models import SparseVMFMixture
@@ -125,6 +125,8 @@ def test_demo_leaves_the_jax_configuration_as_it_was(tmp_path, monkeypatch):
     before = [getattr(jax.config, name) for name in names]
     monkeypatch.setenv("BAYESVMF_CACHE", str(tmp_path))
     monkeypatch.delenv("BAYESVMF_NO_COMPILATION_CACHE", raising=False)
+    # the default folder, not the suite's temporary one (tests/conftest.py)
+    monkeypatch.setitem(_compile_cache._DEFAULT, "folder", None)
     # the demo's cache is the estimators' one (bayesvmf._compile_cache)
     assert _cli_demo.compilation_cache is compilation_cache
     with _cli_demo.compilation_cache(True) as folder:

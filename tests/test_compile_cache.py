@@ -1,15 +1,22 @@
 """The scoped persistent compilation cache of bayesvmf._compile_cache."""
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import warnings
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.sparse
 
+import bayesvmf
+from bayesvmf import _compile_cache
+from bayesvmf._base import BaseVMFEstimator
 from bayesvmf._compile_cache import ENV_DISABLE, compilation_cache
 
 SETTINGS = (
@@ -33,6 +40,14 @@ def no_disabling_variable(monkeypatch):
     monkeypatch.delenv(ENV_DISABLE, raising=False)
 
 
+@pytest.fixture
+def default_settings():
+    """The process default of set_compilation_cache (the suite's own folder), restored."""
+    before = dict(_compile_cache._DEFAULT)
+    yield
+    _compile_cache._DEFAULT.update(before)
+
+
 def test_cache_is_written_inside_the_block_and_settings_restored(tmp_path):
     before = _settings()
     assert before["jax_compilation_cache_dir"] is None  # the suite sets no cache
@@ -48,10 +63,92 @@ def test_cache_is_written_inside_the_block_and_settings_restored(tmp_path):
     assert set(folder.iterdir()) == written
 
 
-def test_default_folder_is_the_user_cache(tmp_path, monkeypatch):
+def test_default_folder_is_the_user_cache(tmp_path, monkeypatch, default_settings):
+    bayesvmf.set_compilation_cache()  # the suite's conftest set a temporary folder
     monkeypatch.setenv("BAYESVMF_CACHE", str(tmp_path / "cache"))
     with compilation_cache() as folder:
         assert folder == tmp_path / "cache" / "jax" and folder.is_dir()
+
+
+def test_set_compilation_cache(tmp_path, default_settings):
+    bayesvmf.set_compilation_cache(True, tmp_path / "mine")
+    with compilation_cache() as folder:
+        assert folder == tmp_path / "mine"
+    bayesvmf.set_compilation_cache(False)
+    with compilation_cache() as folder:
+        assert folder is None and jax.config.jax_compilation_cache_dir is None
+    with compilation_cache(enabled=True, folder=tmp_path / "asked") as folder:
+        assert folder == tmp_path / "asked"  # an explicit block still turns it on
+    with pytest.raises(TypeError, match="enabled must be a bool; got 'no'"):
+        bayesvmf.set_compilation_cache("no")
+
+
+def test_a_disabled_block_keeps_nested_blocks_off(tmp_path):
+    with compilation_cache(False):
+        with compilation_cache(folder=tmp_path / "inner") as inner:
+            assert inner is None and jax.config.jax_compilation_cache_dir is None
+    with compilation_cache(folder=tmp_path / "after") as after:  # the default again
+        assert after == tmp_path / "after"
+
+
+class _Warner(BaseVMFEstimator):
+    """An estimator whose fit warns at its caller's line, as the package's warnings do."""
+
+    def fit(self, X=None, y=None):
+        self.fitted_ = True
+        warnings.warn("at the caller", UserWarning, stacklevel=2)
+        return self
+
+    def predict(self, X=None):
+        if X == "raise":
+            warnings.warn("before the error", UserWarning, stacklevel=2)
+            raise KeyError("inside")
+        return self.fit().fitted_  # nested: the outermost call re-emits
+
+
+def test_warnings_keep_pointing_at_the_caller(tmp_path, default_settings):
+    bayesvmf.set_compilation_cache(True, tmp_path / "jax")
+    with pytest.warns(UserWarning, match="at the caller") as record:
+        _Warner().fit()
+    assert [Path(w.filename) for w in record] == [Path(__file__)]
+    with pytest.warns(UserWarning, match="at the caller") as record:
+        _Warner().predict()
+    assert [Path(w.filename) for w in record] == [Path(__file__)]
+    # the method's exception wins over a warning the filters turn into an error
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(KeyError, match="inside"):
+            _Warner().predict("raise")
+        with pytest.raises(UserWarning, match="at the caller"):
+            _Warner().fit()
+
+
+class _Recorder(BaseVMFEstimator):
+    """An estimator whose methods record the cache folder they run in."""
+
+    def fit(self, X=None, y=None):
+        self.fit_folder_ = jax.config.jax_compilation_cache_dir
+        self.predict_folder_ = self.predict(X)
+        return self
+
+    def predict(self, X=None):
+        return jax.config.jax_compilation_cache_dir
+
+    def helper(self):
+        return jax.config.jax_compilation_cache_dir
+
+
+def test_estimator_methods_run_inside_the_cache(tmp_path, default_settings):
+    bayesvmf.set_compilation_cache(True, tmp_path / "jax")
+    before = _settings()
+    model = _Recorder().fit()
+    assert model.fit_folder_ == model.predict_folder_ == str(tmp_path / "jax")
+    assert model.predict() == str(tmp_path / "jax")
+    assert model.helper() is None  # not one of CACHED_METHODS
+    assert _settings() == before
+    assert _Recorder.fit.__wrapped__.__name__ == "fit"  # signature and docs kept
+    bayesvmf.set_compilation_cache(False)
+    assert _Recorder().fit().fit_folder_ is None
 
 
 @pytest.mark.parametrize(("value", "used"), [("1", False), ("yes", False), ("0", True)])
@@ -105,19 +202,25 @@ def test_settings_restored_after_an_error(tmp_path):
 SCRIPT = textwrap.dedent(
     """
     import json, sys
-    import jax, jax.numpy as jnp, numpy as np
-    from bayesvmf._compile_cache import compilation_cache
+    import jax, numpy as np, scipy.sparse
+    import bayesvmf
+    from bayesvmf.models import SparseVMFMixture
 
+    bayesvmf.set_compilation_cache(True, sys.argv[1])
     events = []
     jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
-    with compilation_cache(folder=sys.argv[1]):
-        jax.jit(lambda x: jnp.cos(x) * 3.25)(np.arange(4.0)).block_until_ready()
-    print(json.dumps([e for e in events if "compilation_cache" in e]))
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    SparseVMFMixture(2, n_init=1, max_iter=3, random_state=0).fit(X)
+    # sparse input: the SciPy products are a custom call, not a host callback
+    X_csr = scipy.sparse.csr_matrix(np.abs(X))
+    SparseVMFMixture(2, n_init=1, max_iter=3, random_state=0).fit(X_csr)
+    print(json.dumps({name.rsplit("/", 1)[-1]: events.count(name) for name in set(events)}))
     """
 )
 
 
-def test_a_later_process_reads_the_program_back(tmp_path):
+def test_a_later_process_reads_the_fit_back(tmp_path):
+    """A second process's fits (dense and CSR) compile nothing: all come from the cache."""
     env = {k: v for k, v in os.environ.items() if k != ENV_DISABLE}
 
     def run():
@@ -130,8 +233,36 @@ def test_a_later_process_reads_the_program_back(tmp_path):
             check=False,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stdout.splitlines()[-1]
+        return json.loads(proc.stdout.splitlines()[-1])
 
     first, second = run(), run()
-    assert "/jax/compilation_cache/cache_hits" not in first
-    assert "/jax/compilation_cache/cache_hits" in second
+    assert first.get("cache_hits", 0) == 0 and first["cache_misses"] > 0
+    assert second["cache_hits"] == first["cache_misses"]
+    assert second.get("cache_misses", 0) == 0
+
+
+def test_host_kernel_products_equal_scipy():
+    """The custom call of the "scipy" kernel: X @ B, X.T @ B, vmapped, float32 and float64."""
+    from bayesvmf import _host_kernel
+    from bayesvmf._mixture import register_host_block
+
+    A = scipy.sparse.random(30, 7, density=0.3, random_state=0, format="csr")
+    handle, anchor = register_host_block(A)
+    B = np.random.default_rng(0).normal(size=(2, 30, 3))
+    with jax.enable_x64(True):
+        product = jax.jit(
+            jax.vmap(lambda b: _host_kernel.scipy_product(handle, b, shape=A.shape, transpose=True))
+        )
+        np.testing.assert_allclose(product(B), [A.T @ b for b in B], rtol=1e-14)
+        out = _host_kernel.scipy_product(handle, B[0, :7], shape=A.shape, transpose=False)
+        np.testing.assert_allclose(out, A @ B[0, :7], rtol=1e-14)
+    A32 = A.astype(np.float32)
+    handle32, anchor32 = register_host_block(A32)
+    B32 = B[0, :7].astype(np.float32)
+    out = _host_kernel.scipy_product(handle32, B32, shape=A.shape, transpose=False)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, A32 @ B32, rtol=1e-6)
+    with pytest.raises(ValueError, match="the sparse data of a product cannot be batched"):
+        jax.vmap(lambda h: _host_kernel.scipy_product(h, B32, shape=A.shape, transpose=False))(
+            np.stack([handle32, handle32])
+        )
