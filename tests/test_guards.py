@@ -99,3 +99,10 @@ def test_report_sets_fitted_attributes():
     assert est.largest_share_ == pytest.approx(0.6)
     assert est.degenerate_components_.tolist() == [2]
     assert est.n_degenerate_restarts_ == 2
+
+
+def test_one_rows_weight_read_through_rounding_is_not_empty():
+    # a topic holding one token's weight, summed from responsibilities: 0.99999992 tokens
+    d = _guards.diagnose([0.99999992, 99.0], n_rows=100, kappa=[1e6, 50.0], kappa_max=1e6)
+    assert d.empty.tolist() == [False, False]
+    assert d.at_cap.tolist() == [True, False]
