@@ -11,6 +11,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import numbers
 import warnings
 from typing import Any
@@ -21,9 +22,10 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _mixture, _parallel
+from bayesvmf import _guards, _parallel
 from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator
 from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models.dirichlet import _degeneracy
 from bayesvmf.models.dirichlet._corpus import (
     _check_documents,
     padded_corpus,
@@ -47,6 +49,9 @@ from bayesvmf.models.dirichlet._vem import (
 
 #: Sweeps per compiled Gibbs chunk (the progress bar moves between chunks).
 GIBBS_CHUNK = 25
+
+#: Default of ``shared_kappa`` (see the class docstring for the measurements behind it).
+SHARED_KAPPA_DEFAULT = False
 
 
 def _match_topics(reference, other):
@@ -183,6 +188,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
         "learning_decay": [Interval(numbers.Real, 0.5, 1, closed="right")],
         "learning_offset": [Interval(numbers.Real, 0, None, closed="left")],
         "dtype": [StrOptions({"float64", "mixed"})],
+        "shared_kappa": ["boolean"],
         # devices: checked in _validate_params with the message every estimator gives
     }
     _fitted_check = ("mean_directions_",)
@@ -216,6 +222,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
         learning_offset: float = 1.0,
         dtype: str = "float64",
         devices=None,
+        shared_kappa: bool = SHARED_KAPPA_DEFAULT,
     ):
         self.n_topics = n_topics
         self.alpha = alpha
@@ -236,6 +243,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
         self.learning_offset = learning_offset
         self.dtype = dtype
         self.devices = devices
+        self.shared_kappa = shared_kappa
 
     # ---------------------------------------------------------------- persistence
     #: fitted arrays and JSON scalars written by :func:`bayesvmf.save` (``_get_state``);
@@ -445,14 +453,16 @@ class DirichletVMFMixture(BaseVMFEstimator):
         corpus_sets = n_seen if n_sets is None else n_sets
         devices = _parallel.resolve_devices(self.devices)
         with jax.enable_x64(True):
+            shared = bool(self.shared_kappa)
             if devices is None:
                 corpus, n_docs = padded_corpus(X, w, offsets, self._product_dtype())
-                step, doc_counts, doc_index = _svi_step, jnp.int32(n_docs), np.arange(n_docs)
+                step = functools.partial(_svi_step, shared_kappa=shared)
+                doc_counts, doc_index = jnp.int32(n_docs), np.arange(n_docs)
             else:
                 sharded = shard_documents(
                     X, w, offsets, devices, self._product_dtype(), bucket=True
                 )
-                corpus, step = sharded.corpus, _sharded_svi_step(sharded.mesh)
+                corpus, step = sharded.corpus, _sharded_svi_step(sharded.mesh, shared)
                 doc_counts, doc_index = sharded.doc_counts, sharded.doc_index
             stats, mu, kappa, collapsed, phi, bound = step(
                 *online,
@@ -472,9 +482,18 @@ class DirichletVMFMixture(BaseVMFEstimator):
             self.weights_ = resp_sum / resp_sum.sum()
             self.doc_topic_ = phi / phi.sum(axis=1, keepdims=True)
             self.lower_bound_ = float(bound) / float(w.sum())
+            # the running topics, with the chunk's expected counts per word type (at the
+            # topics before the update, those of its q(z)) for the single-type check
+            per_type = _degeneracy.type_counts(
+                X, w, offsets, phi, online[1], online[2], *_degeneracy.word_types(X)
+            )
+            diagnosis = _degeneracy.diagnose(
+                resp_sum, float(resp_sum.sum()), self.concentrations_, self.kappa_max, per_type
+            )
         self.n_sets_seen_, self.n_steps_ = n_seen, n_steps
         if not first:
             self.n_iter_ += 1
+        self._guard(diagnosis, int(diagnosis.degenerate), 1, stacklevel=4)
         return self
 
     def _progress(self, total, desc):
@@ -487,18 +506,23 @@ class DirichletVMFMixture(BaseVMFEstimator):
     def _fit_vem(self, key, X, w, offsets) -> None:
         devices = _parallel.resolve_devices(self.devices)
         hyper = VEMHyper(jnp.float64(self.alpha), jnp.float64(self.kappa_max))
+        shared = bool(self.shared_kappa)
         if devices is None:
-            corpus, step = prepare_corpus(X, w, offsets, self._product_dtype()), _vem_step
+            corpus = prepare_corpus(X, w, offsets, self._product_dtype())
+            step = functools.partial(_vem_step, shared_kappa=shared)
             rows, doc_index = {}, None
         else:
             sharded = shard_documents(X, w, offsets, devices, self._product_dtype())
-            corpus, step = sharded.corpus, _sharded_vem_step(sharded.mesh)
+            corpus, step = sharded.corpus, _sharded_vem_step(sharded.mesh, shared)
             rows = {"row_id": sharded.row_id, "n_real": sharded.n_real}
             doc_index = sharded.doc_index
         total = float(w.sum())
-        runs, all_bounds = [], []
+        types = _degeneracy.word_types(X)
+        runs, all_bounds, diagnoses = [], [], []
         for r, run_key in enumerate(jax.random.split(key, self.n_init)):
-            state = init_vem_state(run_key, corpus, hyper, int(self.n_topics), **rows)
+            state = init_vem_state(
+                run_key, corpus, hyper, int(self.n_topics), shared_kappa=shared, **rows
+            )
             bounds, converged = [], False
             bar = self._progress(self.max_iter, f"VEM restart {r + 1}/{self.n_init}")
             for _ in range(self.max_iter):
@@ -512,11 +536,19 @@ class DirichletVMFMixture(BaseVMFEstimator):
             if bar is not None:
                 bar.close()
             all_bounds.append(np.array(bounds))
-            runs.append((state, bounds, converged, info))
-        # the first restart within tol (per unit of weight) of the best: near-ties are one
-        # optimum, and the choice must not hang on rounding (e.g. the device count)
-        best = _mixture.best_run([b[-1] for b in all_bounds], self.tol * total)
-        state, bounds, converged, info = runs[best]
+            phi = np.asarray(state.phi)
+            if doc_index is not None:  # the real documents of the sharded table, in order
+                phi = phi[doc_index]
+            per_type = _degeneracy.type_counts(X, w, offsets, phi, state.mu, state.kappa, *types)
+            diagnoses.append(
+                _degeneracy.diagnose(info.resp_sum, total, state.kappa, self.kappa_max, per_type)
+            )
+            runs.append((state, bounds, converged, info, phi))
+        # among the restarts that did not degenerate (a collapsed topic raises the bound), the
+        # first within tol (per unit of weight) of the best: near-ties are one optimum, and
+        # the choice must not hang on rounding (e.g. the device count)
+        best = _guards.select_run([b[-1] for b in all_bounds], diagnoses, self.tol * total)
+        state, bounds, converged, info, phi = runs[best]
         if not converged:
             warnings.warn(
                 f"DirichletVMFMixture (vem): the best of {self.n_init} restarts did not converge "
@@ -528,9 +560,6 @@ class DirichletVMFMixture(BaseVMFEstimator):
             )
         self.mean_directions_ = np.asarray(state.mu)
         self.concentrations_ = np.asarray(state.kappa)
-        phi = np.asarray(state.phi)
-        if doc_index is not None:  # the real documents of the sharded table, in order
-            phi = phi[doc_index]
         self.doc_topic_ = phi / phi.sum(axis=1, keepdims=True)
         resp_sum = np.asarray(info.resp_sum)
         self.weights_ = resp_sum / resp_sum.sum()
@@ -550,6 +579,23 @@ class DirichletVMFMixture(BaseVMFEstimator):
             jnp.asarray(state.kappa, jnp.float64),
         )
         self.n_sets_seen_, self.n_steps_ = len(offsets) - 1, 0
+        self._guard(diagnoses[best], sum(d.degenerate for d in diagnoses), self.n_init)
+
+    def _guard(self, diagnosis, n_degenerate: int, n_runs: int, stacklevel: int = 6) -> None:
+        """Set the degeneracy attributes and warn about the kept state (:mod:`bayesvmf._guards`).
+
+        ``stacklevel`` counts from :func:`bayesvmf._guards.warn_components` to the user's call
+        (warn_components, _guard, _fit_vem, _fit_new, fit, the caller: 6).
+        """
+        _guards.report(self, diagnosis, n_degenerate)
+        _guards.warn_components(
+            diagnosis,
+            type(self).__name__,
+            _degeneracy.ADVICE,
+            n_runs=n_runs,
+            n_degenerate_runs=n_degenerate,
+            stacklevel=stacklevel,
+        )
 
     def _fit_gibbs(self, key, X, w, offsets) -> None:
         if not np.allclose(w, np.round(w)):
@@ -580,7 +626,10 @@ class DirichletVMFMixture(BaseVMFEstimator):
         vem_hyper = VEMHyper(hyper.alpha, hyper.kappa_max)
         k_init, k_run = jax.random.split(key)
         init_keys = jax.random.split(k_init, self.num_chains)
-        states = [_init_gibbs_state(k, corpus, vem_hyper, int(self.n_topics)) for k in init_keys]
+        shared = bool(self.shared_kappa)
+        states = [
+            _init_gibbs_state(k, corpus, vem_hyper, int(self.n_topics), shared) for k in init_keys
+        ]
         states = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
         n_total = self.num_warmup + self.num_samples
         n_chunks = -(-n_total // GIBBS_CHUNK)
@@ -598,7 +647,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
             adapt = jnp.asarray(adapt_all[c * GIBBS_CHUNK : (c + 1) * GIBBS_CHUNK])
             adapt = jnp.broadcast_to(adapt, (self.num_chains, GIBBS_CHUNK))
             states, theta_sum, chunk = _gibbs_chunk_jit(
-                chunk_keys[c], adapt, states, corpus.X, corpus.doc, hyper, theta_sum
+                chunk_keys[c], adapt, states, corpus.X, corpus.doc, hyper, theta_sum, shared
             )
             draws.append(jax.tree.map(np.asarray, chunk))
             if bar is not None:
@@ -628,6 +677,17 @@ class DirichletVMFMixture(BaseVMFEstimator):
         self.n_iter_ = n_total
         self.converged_ = True
         self.n_features_ = d
+        # the posterior means of weights and kappa; the word types of chain 0's last z (the
+        # chain the others are relabelled to)
+        type_id, n_types = _degeneracy.word_types(X)
+        tok_type = np.repeat(type_id, counts)
+        z = np.asarray(states.z[0])
+        per_type = np.zeros((n_types, int(self.n_topics)))
+        np.add.at(per_type, (tok_type, z), 1.0)
+        diagnosis = _degeneracy.diagnose(
+            self.weights_, float(len(Xt)), self.concentrations_, self.kappa_max, per_type
+        )
+        self._guard(diagnosis, int(diagnosis.degenerate), 1)
 
     # ---------------------------------------------------------------- use
     def _e_step(self, docs, weights):

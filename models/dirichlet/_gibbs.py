@@ -120,44 +120,60 @@ def gibbs_z_sweep(rng_key, state: GibbsState, X, doc, hyper: GibbsHyper) -> Gibb
     return state._replace(z=z, doc_topic=doc_topic, topic_count=topic_count, resultant=resultant)
 
 
-def _kappa_log_target(d, log_kappa, topic_count, resultant, hyper):
-    """Log of c_d(kappa)^{n_k} / c_d(|c0 mu0 + kappa s_k|) p(kappa) kappa (log-scale Jacobian)."""
+def _kappa_log_target(d, log_kappa, topic_count, resultant, hyper, shared_kappa=False):
+    """Log of c_d(kappa)^{n_k} / c_d(|c0 mu0 + kappa s_k|) p(kappa) kappa (log-scale Jacobian).
+
+    With ``shared_kappa`` (static; ``log_kappa`` then has K equal entries) the target of the
+    one concentration: the topics' collapsed marginals multiplied, the prior once, broadcast
+    to the K entries.
+    """
     kappa = jnp.exp(log_kappa)
     b = hyper.prior_resultant + kappa[:, None] * resultant
     n_topics = kappa.shape[0]
     # one special-function call on both arguments (one compiled instance, not two)
     log_c = special.log_vmf_normalizer(d, jnp.concatenate([kappa, jnp.linalg.norm(b, axis=1)]))
-    return (
-        topic_count * log_c[:n_topics]
-        - log_c[n_topics:]
-        + hyper.kappa_shape * log_kappa
-        - hyper.kappa_rate * kappa
-    )
+    data = topic_count * log_c[:n_topics] - log_c[n_topics:]
+    prior = hyper.kappa_shape * log_kappa - hyper.kappa_rate * kappa
+    if shared_kappa:
+        return jnp.broadcast_to(jnp.sum(data) + prior[0], data.shape)
+    return data + prior
 
 
-def gibbs_kappa_update(rng_key, state: GibbsState, hyper: GibbsHyper, d: int, adapt):
+def gibbs_kappa_update(
+    rng_key, state: GibbsState, hyper: GibbsHyper, d: int, adapt, shared_kappa: bool = False
+):
     """Update every kappa_k by ``KAPPA_MH_STEPS`` random-walk MH steps on log kappa_k.
 
     ``adapt`` (0 or 1, an array) moves log_step towards the acceptance rate
     ``KAPPA_MH_TARGET``; it is 1 during warm-up only, so the sampling phase is a fixed
     Markov kernel. Returns the new state and the mean acceptance probability per topic.
+    With ``shared_kappa`` (static) the K entries are one concentration: one proposal, one
+    acceptance draw, the target of all topics together (:func:`_kappa_log_target`).
     """
     keys = jax.random.split(rng_key, KAPPA_MH_STEPS)
 
     def target(log_kappa):
-        return _kappa_log_target(d, log_kappa, state.topic_count, state.resultant, hyper)
+        return _kappa_log_target(
+            d, log_kappa, state.topic_count, state.resultant, hyper, shared_kappa
+        )
 
     def body(carry, key):
         # the target of the current point is carried (z is fixed during these steps), so
         # each step evaluates the special functions once, at the proposal
         log_kappa, current, log_step = carry
         key_prop, key_acc = jax.random.split(key)
-        proposal = log_kappa + jnp.exp(log_step) * jax.random.normal(key_prop, log_kappa.shape)
+        noise = jax.random.normal(key_prop, log_kappa.shape)
+        if shared_kappa:  # one random-walk step for the one concentration
+            noise = jnp.broadcast_to(noise[0], noise.shape)
+        proposal = log_kappa + jnp.exp(log_step) * noise
         proposed = target(proposal)
         log_ratio = proposed - current
         log_ratio = jnp.where(jnp.exp(proposal) > hyper.kappa_max, -jnp.inf, log_ratio)
         accept_prob = jnp.exp(jnp.minimum(log_ratio, 0.0))
-        accept = jax.random.uniform(key_acc, log_kappa.shape) < accept_prob
+        uniform = jax.random.uniform(key_acc, log_kappa.shape)
+        if shared_kappa:
+            uniform = jnp.broadcast_to(uniform[0], uniform.shape)
+        accept = uniform < accept_prob
         log_kappa = jnp.where(accept, proposal, log_kappa)
         current = jnp.where(accept, proposed, current)
         log_step = log_step + adapt * 0.1 * (accept_prob - KAPPA_MH_TARGET)
@@ -170,11 +186,12 @@ def gibbs_kappa_update(rng_key, state: GibbsState, hyper: GibbsHyper, d: int, ad
     return state._replace(kappa=jnp.exp(log_kappa), log_step=log_step), accept_prob.mean(axis=0)
 
 
-def collapsed_log_joint(state: GibbsState, hyper: GibbsHyper, d: int):
+def collapsed_log_joint(state: GibbsState, hyper: GibbsHyper, d: int, shared_kappa: bool = False):
     """Return log p(X, z, kappa | alpha, mu0, c0) with theta and mu integrated out.
 
     Sum of the Dirichlet-multinomial terms of every document, the collapsed vMF marginal of
-    every topic (module docstring) and the Gamma prior on kappa (up to its constant).
+    every topic (module docstring) and the Gamma prior on kappa (up to its constant; once
+    for the one concentration with ``shared_kappa``).
     """
     alpha = hyper.alpha
     n_topics = state.kappa.shape[0]
@@ -191,9 +208,8 @@ def collapsed_log_joint(state: GibbsState, hyper: GibbsHyper, d: int):
         d, jnp.concatenate([state.kappa, prior_norm[None], jnp.linalg.norm(b, axis=1)])
     )
     vmf = jnp.sum(state.topic_count * log_c[:n_topics] + log_c[n_topics] - log_c[n_topics + 1 :])
-    kappa_prior = jnp.sum(
-        (hyper.kappa_shape - 1.0) * jnp.log(state.kappa) - hyper.kappa_rate * state.kappa
-    )
+    kappa_prior = (hyper.kappa_shape - 1.0) * jnp.log(state.kappa) - hyper.kappa_rate * state.kappa
+    kappa_prior = kappa_prior[0] if shared_kappa else jnp.sum(kappa_prior)
     return dirichlet + vmf + kappa_prior
 
 
@@ -208,7 +224,7 @@ class GibbsDraw(NamedTuple):
     kappa_accept: Any
 
 
-def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum):
+def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum, shared_kappa=False):
     """Run len(keys[0]) sweeps of every chain (vmapped); record one draw per sweep."""
     count_trace("dirichlet.gibbs_chunk")
     d = X.shape[1]
@@ -219,7 +235,7 @@ def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum):
             key, a = inputs
             key_z, key_k = jax.random.split(key)
             state = gibbs_z_sweep(key_z, state, X, doc, hyper)
-            state, accept = gibbs_kappa_update(key_k, state, hyper, d, a)
+            state, accept = gibbs_kappa_update(key_k, state, hyper, d, a, shared_kappa)
             b = hyper.prior_resultant + state.kappa[:, None] * state.resultant
             norm = jnp.linalg.norm(b, axis=1, keepdims=True)
             # mu given (z, kappa) is vMF(b_k / |b_k|, |b_k|); we record its mode
@@ -233,7 +249,7 @@ def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum):
                 state.kappa,
                 mu,
                 state.topic_count / state.topic_count.sum(),
-                collapsed_log_joint(state, hyper, d),
+                collapsed_log_joint(state, hyper, d, shared_kappa),
                 jnp.sum(state.topic_count > 0),
                 accept,
             )
@@ -247,17 +263,20 @@ def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum):
     return jax.vmap(one_chain)(keys, adapt, states, theta_sum)
 
 
-_gibbs_chunk_jit = jax.jit(_gibbs_chunk)
+_gibbs_chunk_jit = jax.jit(_gibbs_chunk, static_argnames=("shared_kappa",))
 
 
-def _init_gibbs_state(rng_key, corpus: Corpus, vem_hyper: VEMHyper, n_topics: int):
+def _init_gibbs_state(
+    rng_key, corpus: Corpus, vem_hyper: VEMHyper, n_topics: int, shared_kappa: bool = False
+):
     """Start a chain from a k-means++ crisp assignment (each chain from its own seeds)."""
-    seed = init_vem_state(rng_key, corpus, vem_hyper, n_topics)
+    seed = init_vem_state(rng_key, corpus, vem_hyper, n_topics, shared_kappa=shared_kappa)
     z = jnp.argmax(corpus.X @ seed.mu.T, axis=1).astype(jnp.int32)
     n_docs = corpus.doc_weight.shape[0]
     doc_topic, topic_count, resultant = _statistics(corpus.X, corpus.doc, z, n_docs, n_topics)
     kappa = jnp.clip(seed.kappa, 1e-3, vem_hyper.kappa_max)
-    kappa = jnp.where(topic_count > 0, kappa, 1.0)
+    if not shared_kappa:  # a shared kappa is that of the pooled partition, empty topics too
+        kappa = jnp.where(topic_count > 0, kappa, 1.0)
     # explicit dtype: a weakly typed log_step would change type after the first chunk and
     # make _gibbs_chunk_jit compile twice
     log_step = jnp.full(n_topics, -1.0, dtype=kappa.dtype)
