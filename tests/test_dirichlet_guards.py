@@ -55,7 +55,9 @@ def test_shared_kappa_m_step_is_the_pooled_maximiser(rng):
 
     # ... and its maximiser: sum_k n_k log c_d(kappa) + kappa |r_k| is lower on either side
     def pooled(k):
-        log_c = (d / 2 - 1) * np.log(k) - (d / 2) * np.log(2 * np.pi) - np.log(ive(d / 2 - 1, k)) - k
+        log_c = (
+            (d / 2 - 1) * np.log(k) - (d / 2) * np.log(2 * np.pi) - np.log(ive(d / 2 - 1, k)) - k
+        )
         return resp_sum.sum() * log_c + k * np.linalg.norm(resultant, axis=1).sum()
 
     assert pooled(kappa[0]) > max(pooled(0.99 * kappa[0]), pooled(1.01 * kappa[0]))
@@ -134,7 +136,9 @@ def test_shared_kappa_log_joint_counts_the_prior_once(rng):
 def test_topic_collapsed_on_a_frequent_word_warns(rng):
     docs, _ = clusters(rng)
     docs, weights, said = with_frequent_word(docs, rng)
-    model = DirichletVMFMixture(4, alpha=0.3, n_init=2, max_iter=30, random_state=0)
+    model = DirichletVMFMixture(
+        4, alpha=0.3, n_init=2, max_iter=30, shared_kappa=False, random_state=0
+    )
     with pytest.warns(DegenerateRunWarning) as record:
         model.fit(docs, weights)
     k = int(np.argmax(model.mean_directions_ @ said))
@@ -170,7 +174,9 @@ def test_background_topic_warns(rng):
     broad = broad / np.linalg.norm(broad) + 0.5 * rng.normal(size=(60, 16, 10))
     broad /= np.linalg.norm(broad, axis=2, keepdims=True)
     docs = [np.vstack([x, b]) for x, b in zip(docs, broad, strict=True)]
-    model = DirichletVMFMixture(4, alpha=0.3, n_init=1, max_iter=100, tol=1e-4, random_state=0)
+    model = DirichletVMFMixture(
+        4, alpha=0.3, n_init=1, max_iter=100, tol=1e-4, shared_kappa=False, random_state=0
+    )
     with pytest.warns(DegenerateRunWarning, match="a near-uniform background component"):
         model.fit(docs)
     k = int(np.argmin(model.concentrations_))
