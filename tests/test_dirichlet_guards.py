@@ -226,3 +226,24 @@ def test_word_types_and_type_counts(rng):
 def test_bad_shared_kappa():
     with pytest.raises(ValueError, match="The 'shared_kappa' parameter of DirichletVMFMixture"):
         DirichletVMFMixture(2, shared_kappa="yes").fit([np.eye(3)])
+
+
+def test_a_degenerate_restart_is_never_kept(rng, monkeypatch):
+    docs, _ = clusters(rng)
+    diagnose = _degeneracy.diagnose
+    calls = []
+
+    def first_restart_collapsed(counts, n_tokens, kappa, kappa_max, per_type=None):
+        calls.append(len(calls))
+        if len(calls) == 1:  # restart 0 diagnosed as collapsed: its kappa reads as capped
+            kappa = np.full_like(np.asarray(kappa), kappa_max)
+        return diagnose(counts, n_tokens, kappa, kappa_max, per_type)
+
+    monkeypatch.setattr(_degeneracy, "diagnose", first_restart_collapsed)
+    model = DirichletVMFMixture(3, alpha=0.3, n_init=2, max_iter=60, random_state=0).fit(docs)
+    first, second = (run[-1] for run in model.lower_bounds_all_)
+    # both restarts reach one optimum: the first would be kept, were it not degenerate
+    assert first == pytest.approx(second, rel=1e-9)
+    np.testing.assert_array_equal(model.lower_bounds_, model.lower_bounds_all_[1])
+    assert model.n_degenerate_restarts_ == 1
+    assert model.degenerate_components_.tolist() == []
