@@ -65,6 +65,19 @@ def type_counts(X, w, offsets, phi, mu, kappa, type_id, n_types: int) -> np.ndar
     return np.asarray(by_type @ resp)
 
 
+def token_type_counts(X, counts, z, n_topics: int) -> np.ndarray:
+    """Return the count of each word type in each topic from the topics ``z`` of the tokens.
+
+    The tokens are the rows of ``X`` repeated by their whole-number ``counts`` (the collapsed
+    Gibbs sampler's layout); shape (n_types, n_topics).
+    """
+    type_id, n_types = word_types(X)
+    tokens = np.repeat(type_id, counts)
+    per_type = np.zeros((n_types, n_topics))
+    np.add.at(per_type, (tokens, np.asarray(z)), 1.0)
+    return per_type
+
+
 def diagnose(counts, n_tokens: float, kappa, kappa_max: float, per_type=None) -> _guards.Diagnosis:
     """Diagnose topics from their weights n_k, concentrations and expected counts per type.
 

@@ -11,13 +11,18 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.scipy.special import gammaln
+from scipy.optimize import linear_sum_assignment
 
 from bayesvmf import special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus
 from bayesvmf.models.dirichlet._vem import VEMHyper, init_vem_state
+
+#: Sweeps per compiled Gibbs chunk (the progress bar moves between chunks).
+GIBBS_CHUNK = 25
 
 #: Metropolis-Hastings steps on each log kappa_k per Gibbs sweep, and the target acceptance
 #: rate of the warm-up adaptation (0.44, the optimum of a one-dimensional random walk).
@@ -281,3 +286,77 @@ def _init_gibbs_state(
     # make _gibbs_chunk_jit compile twice
     log_step = jnp.full(n_topics, -1.0, dtype=kappa.dtype)
     return GibbsState(z, doc_topic, topic_count, resultant, kappa, log_step)
+
+
+def _match_topics(reference, other):
+    """Permutation p maximising sum_k reference_k . other_{p(k)} (Hungarian algorithm)."""
+    _, cols = linear_sum_assignment(-(np.asarray(reference) @ np.asarray(other).T))
+    return cols
+
+
+def run_chains(
+    key,
+    corpus: Corpus,
+    hyper: GibbsHyper,
+    n_topics: int,
+    num_chains: int,
+    num_warmup: int,
+    num_samples: int,
+    shared_kappa: bool = False,
+    bar=None,
+):
+    """Run ``num_chains`` collapsed Gibbs chains (vmapped) over the tokens of ``corpus``.
+
+    Each chain starts from its own k-means++ crisp assignment; the sweeps run in compiled
+    chunks of ``GIBBS_CHUNK``, the MH step of kappa adapted during the ``num_warmup``
+    first. Chains are relabelled to agree with chain 0 (Hungarian matching of the mean
+    directions). ``bar`` (a tqdm bar or None) moves once per chunk.
+
+    Returns
+    -------
+    samples : dict of ndarray
+        The kept draws of :class:`GibbsDraw`'s fields, (chain, draw, ...).
+    theta : ndarray of shape (num_chains, M, K)
+        E[theta_i | z] averaged over the kept sweeps of each chain.
+    states : GibbsState
+        The final states (stacked over chains; labels of each chain as sampled).
+    """
+    vem_hyper = VEMHyper(hyper.alpha, hyper.kappa_max)
+    k_init, k_run = jax.random.split(key)
+    init_keys = jax.random.split(k_init, num_chains)
+    states = [_init_gibbs_state(k, corpus, vem_hyper, n_topics, shared_kappa) for k in init_keys]
+    states = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    n_total = num_warmup + num_samples
+    n_chunks = -(-n_total // GIBBS_CHUNK)
+    adapt_all = (np.arange(n_chunks * GIBBS_CHUNK) < num_warmup).astype(np.float64)
+    # sweeps past n_total (chunk rounding) must not enter the theta average either
+    keep = (np.arange(n_chunks * GIBBS_CHUNK) < n_total).astype(np.float64)
+    adapt_all = np.where(keep > 0, adapt_all, 1.0)
+    theta_sum = jnp.zeros((num_chains,) + corpus.doc_weight.shape + (n_topics,))
+    chunk_keys = jax.random.split(k_run, n_chunks * num_chains * GIBBS_CHUNK).reshape(
+        n_chunks, num_chains, GIBBS_CHUNK
+    )
+    draws = []
+    for c in range(n_chunks):
+        adapt = jnp.asarray(adapt_all[c * GIBBS_CHUNK : (c + 1) * GIBBS_CHUNK])
+        adapt = jnp.broadcast_to(adapt, (num_chains, GIBBS_CHUNK))
+        states, theta_sum, chunk = _gibbs_chunk_jit(
+            chunk_keys[c], adapt, states, corpus.X, corpus.doc, hyper, theta_sum, shared_kappa
+        )
+        draws.append(jax.tree.map(np.asarray, chunk))
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    draws = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *draws)
+    sel = slice(num_warmup, n_total)
+    samples = {name: getattr(draws, name)[:, sel] for name in GibbsDraw._fields}
+    theta = np.asarray(theta_sum) / num_samples
+    # relabel every chain to agree with chain 0 (label switching between chains)
+    ref = samples["mu"][0].mean(axis=0)
+    for c in range(1, num_chains):
+        perm = _match_topics(ref, samples["mu"][c].mean(axis=0))
+        for name in ("kappa", "mu", "weights", "kappa_accept"):
+            samples[name][c] = samples[name][c][:, perm]
+        theta[c] = theta[c][:, perm]
+    return samples, theta, states
