@@ -447,7 +447,8 @@ class DirichletVMFMixture(BaseVMFEstimator):
         topics before the update; ``weights_`` is the running share n_{..k} / sum n_{..k}.
         Only ``inference="vem"`` streams. ``fit`` forgets the stream (a VEM fit starts a new
         one from its own statistics). A call whose chunk fails validation raises and leaves
-        the model unchanged.
+        the model unchanged. Every later call diagnoses the running topics (the degeneracy
+        attributes, a ``DegenerateRunWarning``), with the chunk's counts per word type.
         """
         online = getattr(self, "_online", None)
         first = online is None
@@ -510,18 +511,20 @@ class DirichletVMFMixture(BaseVMFEstimator):
             self.weights_ = resp_sum / resp_sum.sum()
             self.doc_topic_ = phi / phi.sum(axis=1, keepdims=True)
             self.lower_bound_ = float(bound) / float(w.sum())
-            # the running topics, with the chunk's expected counts per word type (at the
-            # topics before the update, those of its q(z)) for the single-type check
-            per_type = _degeneracy.type_counts(
-                X, w, offsets, phi, online[1], online[2], *_degeneracy.word_types(X)
-            )
-            diagnosis = _degeneracy.diagnose(
-                resp_sum, float(resp_sum.sum()), self.concentrations_, self.kappa_max, per_type
-            )
+            if not first:
+                # the running topics, with the chunk's expected counts per word type (at the
+                # topics before the update, those of its q(z)) for the single-type check; a
+                # first call keeps the diagnosis (and warning) of the VEM fit of its chunk
+                per_type = _degeneracy.type_counts(
+                    X, w, offsets, phi, online[1], online[2], *_degeneracy.word_types(X)
+                )
+                diagnosis = _degeneracy.diagnose(
+                    resp_sum, float(resp_sum.sum()), self.concentrations_, self.kappa_max, per_type
+                )
         self.n_sets_seen_, self.n_steps_ = n_seen, n_steps
         if not first:
             self.n_iter_ += 1
-        self._guard(diagnosis, int(diagnosis.degenerate), 1, stacklevel=4)
+            self._guard(diagnosis, int(diagnosis.degenerate), 1, stacklevel=4)
         return self
 
     def _progress(self, total, desc):
