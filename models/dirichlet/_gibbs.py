@@ -11,13 +11,18 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.scipy.special import gammaln
+from scipy.optimize import linear_sum_assignment
 
 from bayesvmf import special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus
 from bayesvmf.models.dirichlet._vem import VEMHyper, init_vem_state
+
+#: Sweeps per compiled Gibbs chunk (the progress bar moves between chunks).
+GIBBS_CHUNK = 25
 
 #: Metropolis-Hastings steps on each log kappa_k per Gibbs sweep, and the target acceptance
 #: rate of the warm-up adaptation (0.44, the optimum of a one-dimensional random walk).
@@ -120,44 +125,60 @@ def gibbs_z_sweep(rng_key, state: GibbsState, X, doc, hyper: GibbsHyper) -> Gibb
     return state._replace(z=z, doc_topic=doc_topic, topic_count=topic_count, resultant=resultant)
 
 
-def _kappa_log_target(d, log_kappa, topic_count, resultant, hyper):
-    """Log of c_d(kappa)^{n_k} / c_d(|c0 mu0 + kappa s_k|) p(kappa) kappa (log-scale Jacobian)."""
+def _kappa_log_target(d, log_kappa, topic_count, resultant, hyper, shared_kappa=False):
+    """Log of c_d(kappa)^{n_k} / c_d(|c0 mu0 + kappa s_k|) p(kappa) kappa (log-scale Jacobian).
+
+    With ``shared_kappa`` (static; ``log_kappa`` then has K equal entries) the target of the
+    one concentration: the topics' collapsed marginals multiplied, the prior once, broadcast
+    to the K entries.
+    """
     kappa = jnp.exp(log_kappa)
     b = hyper.prior_resultant + kappa[:, None] * resultant
     n_topics = kappa.shape[0]
     # one special-function call on both arguments (one compiled instance, not two)
     log_c = special.log_vmf_normalizer(d, jnp.concatenate([kappa, jnp.linalg.norm(b, axis=1)]))
-    return (
-        topic_count * log_c[:n_topics]
-        - log_c[n_topics:]
-        + hyper.kappa_shape * log_kappa
-        - hyper.kappa_rate * kappa
-    )
+    data = topic_count * log_c[:n_topics] - log_c[n_topics:]
+    prior = hyper.kappa_shape * log_kappa - hyper.kappa_rate * kappa
+    if shared_kappa:
+        return jnp.broadcast_to(jnp.sum(data) + prior[0], data.shape)
+    return data + prior
 
 
-def gibbs_kappa_update(rng_key, state: GibbsState, hyper: GibbsHyper, d: int, adapt):
+def gibbs_kappa_update(
+    rng_key, state: GibbsState, hyper: GibbsHyper, d: int, adapt, shared_kappa: bool = False
+):
     """Update every kappa_k by ``KAPPA_MH_STEPS`` random-walk MH steps on log kappa_k.
 
     ``adapt`` (0 or 1, an array) moves log_step towards the acceptance rate
     ``KAPPA_MH_TARGET``; it is 1 during warm-up only, so the sampling phase is a fixed
     Markov kernel. Returns the new state and the mean acceptance probability per topic.
+    With ``shared_kappa`` (static) the K entries are one concentration: one proposal, one
+    acceptance draw, the target of all topics together (:func:`_kappa_log_target`).
     """
     keys = jax.random.split(rng_key, KAPPA_MH_STEPS)
 
     def target(log_kappa):
-        return _kappa_log_target(d, log_kappa, state.topic_count, state.resultant, hyper)
+        return _kappa_log_target(
+            d, log_kappa, state.topic_count, state.resultant, hyper, shared_kappa
+        )
 
     def body(carry, key):
         # the target of the current point is carried (z is fixed during these steps), so
         # each step evaluates the special functions once, at the proposal
         log_kappa, current, log_step = carry
         key_prop, key_acc = jax.random.split(key)
-        proposal = log_kappa + jnp.exp(log_step) * jax.random.normal(key_prop, log_kappa.shape)
+        noise = jax.random.normal(key_prop, log_kappa.shape)
+        if shared_kappa:  # one random-walk step for the one concentration
+            noise = jnp.broadcast_to(noise[0], noise.shape)
+        proposal = log_kappa + jnp.exp(log_step) * noise
         proposed = target(proposal)
         log_ratio = proposed - current
         log_ratio = jnp.where(jnp.exp(proposal) > hyper.kappa_max, -jnp.inf, log_ratio)
         accept_prob = jnp.exp(jnp.minimum(log_ratio, 0.0))
-        accept = jax.random.uniform(key_acc, log_kappa.shape) < accept_prob
+        uniform = jax.random.uniform(key_acc, log_kappa.shape)
+        if shared_kappa:
+            uniform = jnp.broadcast_to(uniform[0], uniform.shape)
+        accept = uniform < accept_prob
         log_kappa = jnp.where(accept, proposal, log_kappa)
         current = jnp.where(accept, proposed, current)
         log_step = log_step + adapt * 0.1 * (accept_prob - KAPPA_MH_TARGET)
@@ -170,11 +191,12 @@ def gibbs_kappa_update(rng_key, state: GibbsState, hyper: GibbsHyper, d: int, ad
     return state._replace(kappa=jnp.exp(log_kappa), log_step=log_step), accept_prob.mean(axis=0)
 
 
-def collapsed_log_joint(state: GibbsState, hyper: GibbsHyper, d: int):
+def collapsed_log_joint(state: GibbsState, hyper: GibbsHyper, d: int, shared_kappa: bool = False):
     """Return log p(X, z, kappa | alpha, mu0, c0) with theta and mu integrated out.
 
     Sum of the Dirichlet-multinomial terms of every document, the collapsed vMF marginal of
-    every topic (module docstring) and the Gamma prior on kappa (up to its constant).
+    every topic (module docstring) and the Gamma prior on kappa (up to its constant; once
+    for the one concentration with ``shared_kappa``).
     """
     alpha = hyper.alpha
     n_topics = state.kappa.shape[0]
@@ -191,9 +213,8 @@ def collapsed_log_joint(state: GibbsState, hyper: GibbsHyper, d: int):
         d, jnp.concatenate([state.kappa, prior_norm[None], jnp.linalg.norm(b, axis=1)])
     )
     vmf = jnp.sum(state.topic_count * log_c[:n_topics] + log_c[n_topics] - log_c[n_topics + 1 :])
-    kappa_prior = jnp.sum(
-        (hyper.kappa_shape - 1.0) * jnp.log(state.kappa) - hyper.kappa_rate * state.kappa
-    )
+    kappa_prior = (hyper.kappa_shape - 1.0) * jnp.log(state.kappa) - hyper.kappa_rate * state.kappa
+    kappa_prior = kappa_prior[0] if shared_kappa else jnp.sum(kappa_prior)
     return dirichlet + vmf + kappa_prior
 
 
@@ -208,7 +229,7 @@ class GibbsDraw(NamedTuple):
     kappa_accept: Any
 
 
-def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum):
+def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum, shared_kappa=False):
     """Run len(keys[0]) sweeps of every chain (vmapped); record one draw per sweep."""
     count_trace("dirichlet.gibbs_chunk")
     d = X.shape[1]
@@ -219,7 +240,7 @@ def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum):
             key, a = inputs
             key_z, key_k = jax.random.split(key)
             state = gibbs_z_sweep(key_z, state, X, doc, hyper)
-            state, accept = gibbs_kappa_update(key_k, state, hyper, d, a)
+            state, accept = gibbs_kappa_update(key_k, state, hyper, d, a, shared_kappa)
             b = hyper.prior_resultant + state.kappa[:, None] * state.resultant
             norm = jnp.linalg.norm(b, axis=1, keepdims=True)
             # mu given (z, kappa) is vMF(b_k / |b_k|, |b_k|); we record its mode
@@ -233,7 +254,7 @@ def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum):
                 state.kappa,
                 mu,
                 state.topic_count / state.topic_count.sum(),
-                collapsed_log_joint(state, hyper, d),
+                collapsed_log_joint(state, hyper, d, shared_kappa),
                 jnp.sum(state.topic_count > 0),
                 accept,
             )
@@ -247,18 +268,95 @@ def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum):
     return jax.vmap(one_chain)(keys, adapt, states, theta_sum)
 
 
-_gibbs_chunk_jit = jax.jit(_gibbs_chunk)
+_gibbs_chunk_jit = jax.jit(_gibbs_chunk, static_argnames=("shared_kappa",))
 
 
-def _init_gibbs_state(rng_key, corpus: Corpus, vem_hyper: VEMHyper, n_topics: int):
+def _init_gibbs_state(
+    rng_key, corpus: Corpus, vem_hyper: VEMHyper, n_topics: int, shared_kappa: bool = False
+):
     """Start a chain from a k-means++ crisp assignment (each chain from its own seeds)."""
-    seed = init_vem_state(rng_key, corpus, vem_hyper, n_topics)
+    seed = init_vem_state(rng_key, corpus, vem_hyper, n_topics, shared_kappa=shared_kappa)
     z = jnp.argmax(corpus.X @ seed.mu.T, axis=1).astype(jnp.int32)
     n_docs = corpus.doc_weight.shape[0]
     doc_topic, topic_count, resultant = _statistics(corpus.X, corpus.doc, z, n_docs, n_topics)
     kappa = jnp.clip(seed.kappa, 1e-3, vem_hyper.kappa_max)
-    kappa = jnp.where(topic_count > 0, kappa, 1.0)
+    if not shared_kappa:  # a shared kappa is that of the pooled partition, empty topics too
+        kappa = jnp.where(topic_count > 0, kappa, 1.0)
     # explicit dtype: a weakly typed log_step would change type after the first chunk and
     # make _gibbs_chunk_jit compile twice
     log_step = jnp.full(n_topics, -1.0, dtype=kappa.dtype)
     return GibbsState(z, doc_topic, topic_count, resultant, kappa, log_step)
+
+
+def _match_topics(reference, other):
+    """Permutation p maximising sum_k reference_k . other_{p(k)} (Hungarian algorithm)."""
+    _, cols = linear_sum_assignment(-(np.asarray(reference) @ np.asarray(other).T))
+    return cols
+
+
+def run_chains(
+    key,
+    corpus: Corpus,
+    hyper: GibbsHyper,
+    n_topics: int,
+    num_chains: int,
+    num_warmup: int,
+    num_samples: int,
+    shared_kappa: bool = False,
+    bar=None,
+):
+    """Run ``num_chains`` collapsed Gibbs chains (vmapped) over the tokens of ``corpus``.
+
+    Each chain starts from its own k-means++ crisp assignment; the sweeps run in compiled
+    chunks of ``GIBBS_CHUNK``, the MH step of kappa adapted during the ``num_warmup``
+    first. Chains are relabelled to agree with chain 0 (Hungarian matching of the mean
+    directions). ``bar`` (a tqdm bar or None) moves once per chunk.
+
+    Returns
+    -------
+    samples : dict of ndarray
+        The kept draws of :class:`GibbsDraw`'s fields, (chain, draw, ...).
+    theta : ndarray of shape (num_chains, M, K)
+        E[theta_i | z] averaged over the kept sweeps of each chain.
+    states : GibbsState
+        The final states (stacked over chains; labels of each chain as sampled).
+    """
+    vem_hyper = VEMHyper(hyper.alpha, hyper.kappa_max)
+    k_init, k_run = jax.random.split(key)
+    init_keys = jax.random.split(k_init, num_chains)
+    states = [_init_gibbs_state(k, corpus, vem_hyper, n_topics, shared_kappa) for k in init_keys]
+    states = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    n_total = num_warmup + num_samples
+    n_chunks = -(-n_total // GIBBS_CHUNK)
+    adapt_all = (np.arange(n_chunks * GIBBS_CHUNK) < num_warmup).astype(np.float64)
+    # sweeps past n_total (chunk rounding) must not enter the theta average either
+    keep = (np.arange(n_chunks * GIBBS_CHUNK) < n_total).astype(np.float64)
+    adapt_all = np.where(keep > 0, adapt_all, 1.0)
+    theta_sum = jnp.zeros((num_chains,) + corpus.doc_weight.shape + (n_topics,))
+    chunk_keys = jax.random.split(k_run, n_chunks * num_chains * GIBBS_CHUNK).reshape(
+        n_chunks, num_chains, GIBBS_CHUNK
+    )
+    draws = []
+    for c in range(n_chunks):
+        adapt = jnp.asarray(adapt_all[c * GIBBS_CHUNK : (c + 1) * GIBBS_CHUNK])
+        adapt = jnp.broadcast_to(adapt, (num_chains, GIBBS_CHUNK))
+        states, theta_sum, chunk = _gibbs_chunk_jit(
+            chunk_keys[c], adapt, states, corpus.X, corpus.doc, hyper, theta_sum, shared_kappa
+        )
+        draws.append(jax.tree.map(np.asarray, chunk))
+        if bar is not None:
+            bar.update()
+    if bar is not None:
+        bar.close()
+    draws = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *draws)
+    sel = slice(num_warmup, n_total)
+    samples = {name: getattr(draws, name)[:, sel] for name in GibbsDraw._fields}
+    theta = np.asarray(theta_sum) / num_samples
+    # relabel every chain to agree with chain 0 (label switching between chains)
+    ref = samples["mu"][0].mean(axis=0)
+    for c in range(1, num_chains):
+        perm = _match_topics(ref, samples["mu"][c].mean(axis=0))
+        for name in ("kappa", "mu", "weights", "kappa_accept"):
+            samples[name][c] = samples[name][c][:, perm]
+        theta[c] = theta[c][:, perm]
+    return samples, theta, states

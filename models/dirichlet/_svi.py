@@ -53,6 +53,7 @@ def svi_step(
     step_size,
     scale,
     axis_name: str | None = None,
+    shared_kappa: bool = False,
 ):
     r"""One step of stochastic variational inference on a chunk of documents.
 
@@ -84,6 +85,9 @@ def svi_step(
         alpha, the cap, rho_t, M_corpus / M_chunk.
     axis_name : str or None
         Set inside ``shard_map``: the chunk's statistics and bound are added over devices.
+    shared_kappa : bool, static
+        One concentration for all topics from the pooled running statistics
+        (A_d(kappa) = sum_k |r_k| / sum_k n_k, the batch M-step's).
 
     Returns
     -------
@@ -111,16 +115,18 @@ def svi_step(
         (1.0 - step_size) * stats.resp_sum + step_size * scale * resp_sum,
         (1.0 - step_size) * stats.resultant + step_size * scale * resultant,
     )
-    mu, kappa, collapsed, _ = _m_step(new.resultant, new.resp_sum, mu, kappa, kappa_max)
+    mu, kappa, collapsed, _ = _m_step(
+        new.resultant, new.resp_sum, mu, kappa, kappa_max, shared_kappa
+    )
     return new, mu, kappa, collapsed, phi, bound
 
 
 #: one SVI step, one compiled program per bucketed chunk shape
-_svi_step = jax.jit(svi_step)
+_svi_step = jax.jit(svi_step, static_argnames=("shared_kappa",))
 
 
 @functools.cache
-def _sharded_svi_step(mesh):
+def _sharded_svi_step(mesh, shared_kappa: bool = False):
     """Return :func:`svi_step` with the chunk's documents sharded over ``mesh``.
 
     One jitted program per mesh (and bucketed chunk shape); ``n_docs`` holds each device's
@@ -128,7 +134,7 @@ def _sharded_svi_step(mesh):
     """
     rows = P(_parallel.AXIS)
     step = jax.shard_map(
-        functools.partial(svi_step, axis_name=_parallel.AXIS),
+        functools.partial(svi_step, axis_name=_parallel.AXIS, shared_kappa=shared_kappa),
         mesh=mesh,
         in_specs=(P(), P(), P(), Corpus(*(rows,) * 4), rows, P(), P(), P(), P()),
         out_specs=(P(), P(), P(), P(), rows, P()),

@@ -86,8 +86,20 @@ class VEMInfo(NamedTuple):
     resultant: Any
 
 
-def _solve_kappa(d: int, resultant_norm, resp_sum, kappa_old, kappa_max):
-    """M-step for kappa (eq. (10) of [1]_ solved exactly: A_d(kappa) = |r_k| / n_k)."""
+def _solve_kappa(d: int, resultant_norm, resp_sum, kappa_old, kappa_max, shared_kappa=False):
+    """M-step for kappa (eq. (10) of [1]_ solved exactly: A_d(kappa) = |r_k| / n_k).
+
+    With ``shared_kappa`` (static) one concentration for all topics from the pooled
+    statistics, A_d(kappa) = sum_k |r_k| / sum_k n_k: the exact maximiser of
+    sum_k (n_k log c_d(kappa) + kappa |r_k|) over a single kappa (the same concavity
+    argument as per topic), so the bound stays monotone.
+    """
+    if shared_kappa:
+        total = jnp.maximum(jnp.sum(resp_sum), EMPTY_RESP_SUM)
+        rbar = jnp.clip(jnp.sum(resultant_norm) / total, 0.0, 1.0 - 1e-15)
+        shared = jnp.minimum(special.kappa_from_rbar(d, rbar), kappa_max)
+        kappa = jnp.broadcast_to(shared, resp_sum.shape)
+        return kappa, (kappa >= kappa_max) & (resp_sum > EMPTY_RESP_SUM)
     safe_sum = jnp.maximum(resp_sum, EMPTY_RESP_SUM)
     # |r_k| <= n_k always (unit vectors); the clip only absorbs rounding.
     rbar = jnp.clip(resultant_norm / safe_sum, 0.0, 1.0 - 1e-15)
@@ -138,7 +150,11 @@ def _responsibilities(loglik, phi, doc):
 
 
 def vem_step(
-    state: VEMState, corpus: Corpus, hyper: VEMHyper, axis_name: str | None = None
+    state: VEMState,
+    corpus: Corpus,
+    hyper: VEMHyper,
+    axis_name: str | None = None,
+    shared_kappa: bool = False,
 ) -> tuple[VEMState, VEMInfo]:
     """Run one iteration of variational EM (eqs. (9), (10) of [1]_) and evaluate the bound.
 
@@ -165,6 +181,8 @@ def vem_step(
         are then one device's documents, and the sums over rows and documents (n_k, r_k,
         the entropy of q(z), the theta part of the bound) are added over the devices.
         Documents of weight 0 (padding) add nothing to the bound.
+    shared_kappa : bool, static
+        One concentration for all topics (pooled statistics, :func:`_solve_kappa`).
 
     Returns
     -------
@@ -209,7 +227,7 @@ def vem_step(
     z_entropy = lse_term - weighted_logits
     # M-step (eq. (10)) and the bound at the new state: O(K d + M K)
     mu, kappa, collapsed, log_c_new = _m_step(
-        resultant, resp_sum, state.mu, state.kappa, hyper.kappa_max
+        resultant, resp_sum, state.mu, state.kappa, hyper.kappa_max, shared_kappa
     )
     theta_terms = jnp.where(
         corpus.doc_weight > 0, _dirichlet_terms(phi, doc_topic, hyper.alpha), 0.0
@@ -220,7 +238,7 @@ def vem_step(
 
 
 @functools.cache
-def _sharded_vem_step(mesh):
+def _sharded_vem_step(mesh, shared_kappa: bool = False):
     """:func:`vem_step` with the documents sharded over ``mesh`` (one jitted program per mesh).
 
     The corpus and phi are split along their first axis (:func:`shard_documents`); mu,
@@ -229,7 +247,7 @@ def _sharded_vem_step(mesh):
     state_spec = VEMState(P(), P(), P(_parallel.AXIS))
     corpus_spec = Corpus(*(P(_parallel.AXIS),) * 4)
     step = jax.shard_map(
-        functools.partial(vem_step, axis_name=_parallel.AXIS),
+        functools.partial(vem_step, axis_name=_parallel.AXIS, shared_kappa=shared_kappa),
         mesh=mesh,
         in_specs=(state_spec, corpus_spec, P()),
         out_specs=(state_spec, VEMInfo(P(), P(), P(), P())),
@@ -242,14 +260,17 @@ def _log_normalizer(mu, kappa):
     return special.log_vmf_normalizer(mu.shape[1], kappa)
 
 
-def _m_step(resultant, resp_sum, mu_old, kappa_old, kappa_max):
-    """M-step (eq. (10)): mu_k = r_k / |r_k|, kappa_k solving A_d(kappa_k) = |r_k| / n_k."""
+def _m_step(resultant, resp_sum, mu_old, kappa_old, kappa_max, shared_kappa: bool = False):
+    """M-step (eq. (10)): mu_k = r_k / |r_k|, kappa_k solving A_d(kappa_k) = |r_k| / n_k.
+
+    ``shared_kappa`` (static): one kappa from the pooled statistics (:func:`_solve_kappa`).
+    """
     count_trace("dirichlet.m_step")
     d = resultant.shape[1]  # a Python int at trace time: the special-function branch is static
     norm = jnp.linalg.norm(resultant, axis=1)
     tiny = jnp.finfo(norm.dtype).tiny
     mu = jnp.where(norm[:, None] > tiny, resultant / jnp.maximum(norm, tiny)[:, None], mu_old)
-    kappa, collapsed = _solve_kappa(d, norm, resp_sum, kappa_old, kappa_max)
+    kappa, collapsed = _solve_kappa(d, norm, resp_sum, kappa_old, kappa_max, shared_kappa)
     return mu, kappa, collapsed, special.log_vmf_normalizer(d, kappa)
 
 
@@ -260,9 +281,9 @@ def _vmf_term(resp_sum, log_c, kappa, mu, resultant):
 
 
 _log_normalizer_jit = jax.jit(_log_normalizer)
-_m_step_jit = jax.jit(_m_step)
-#: one VEM iteration, one compiled program (jitted once, here)
-_vem_step = jax.jit(vem_step)
+_m_step_jit = jax.jit(_m_step, static_argnames=("shared_kappa",))
+#: one VEM iteration, one compiled program (jitted once, here; one more with shared_kappa)
+_vem_step = jax.jit(vem_step, static_argnames=("shared_kappa",))
 
 
 def _sample_rows(key, logits, row_id, n_real: int, shape=()):
@@ -331,7 +352,13 @@ _init_vem_state_jit = jax.jit(_init_vem_state, static_argnames=("n_topics", "n_r
 
 
 def init_vem_state(
-    rng_key, corpus: Corpus, hyper: VEMHyper, n_topics: int, row_id=None, n_real=None
+    rng_key,
+    corpus: Corpus,
+    hyper: VEMHyper,
+    n_topics: int,
+    row_id=None,
+    n_real=None,
+    shared_kappa: bool = False,
 ) -> VEMState:
     """Initialise variational EM: spherical k-means++ and k-means for mu, kappa from its partition.
 
@@ -352,6 +379,8 @@ def init_vem_state(
         the rows in order, all real.
     n_real : int, optional
         The number of real vectors (with ``row_id``).
+    shared_kappa : bool, default False
+        One concentration for all topics, from the pooled statistics of the partition.
 
     Returns
     -------
@@ -364,7 +393,9 @@ def init_vem_state(
         rng_key, corpus, hyper, row_id, n_topics=n_topics, n_real=n_real
     )
     # concentrations from the crisp partition (mu is then the next k-means centre)
-    mu, kappa, _, _ = _m_step_jit(resultant, resp_sum, mu, jnp.ones_like(resp_sum), hyper.kappa_max)
+    mu, kappa, _, _ = _m_step_jit(
+        resultant, resp_sum, mu, jnp.ones_like(resp_sum), hyper.kappa_max, shared_kappa=shared_kappa
+    )
     return VEMState(mu, kappa, phi)
 
 
