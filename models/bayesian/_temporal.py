@@ -19,7 +19,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from sklearn.utils._param_validation import Interval
 
-from bayesvmf import _mixture, _parallel
+from bayesvmf import _guards, _mixture, _parallel, special
 from bayesvmf._base import make_key
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as _s
@@ -30,6 +30,7 @@ from bayesvmf.models.bayesian._temporal_vi import (
     _log_predictive_blocks,
     _log_predictive_jit,
     _vi_step,
+    effective_rows,
 )
 
 __all__ = ["check_times", "TemporalVMFMixture"]
@@ -111,10 +112,16 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     ----------
     n_components : int
         K.
-    C0 : float, default 100.0
+    C0 : float or None, default None
         Concentration of each time step around the previous one: large values keep the
-        clusters nearly fixed, small ones let them move (not learnt: [1]_ recommends
-        setting it by hand).
+        clusters nearly fixed, small ones let them move. None (the default): learnt by
+        empirical Bayes, A_d(C0) matched at every iteration to the agreement of consecutive
+        means taken with the chain's pairwise correlations (module docstring of
+        :mod:`._temporal_vi`, *Learning C0*; the fitted value is ``C0_``), whether or not
+        ``empirical_bayes`` is set. A float fixes it ([1]_ sets it by hand). A fixed C0 has to
+        suit the dimension: consecutive means have expected cosine A_d(C0), 0.0036 for
+        C0 = 100 in d = 28,000, so a value that looks large can make them unrelated and the
+        forecast of the next time step the uniform density.
     kappa_update : {"sampling", "bounding"}, default "sampling"
     alpha : float, default 1.0
     mu0 : array-like of shape (n_features,) or None
@@ -151,8 +158,19 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     log_kappa_mean_, log_kappa_var_ : ndarray of shape (K,)
     dirichlet_ : ndarray of shape (K,)
     alpha_, mu0_, C0_, m_, s2_
+        Priors at the end of the fit (``C0_`` the learnt C0, or the user's).
     n_times_ : int
     lower_bounds_ : ndarray
+    n_occupied_components_ : int
+        Clusters holding at least one row's weight (:mod:`bayesvmf._guards`).
+    largest_share_ : float
+        The largest fraction of the rows held by one cluster.
+    degenerate_components_ : ndarray of int
+        The kept fit's degenerate clusters (empty, carried by one row, or a near-uniform
+        background holding a large share); a :class:`~bayesvmf.exceptions.DegenerateRunWarning`
+        names them. Restarts are chosen by the bound among the non-degenerate ones.
+    n_degenerate_restarts_ : int
+        Restarts that ended degenerate, kept or not.
 
     References
     ----------
@@ -177,7 +195,16 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     _parameter_constraints: dict[str, Any] = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         **_s.SHARED_CONSTRAINTS,
+        "C0": [_s.POSITIVE, None],
     }
+
+    #: The C0 update when ``C0`` is None (:data:`._temporal_vi.C0_UPDATES`); "mean-field"
+    #: is the bound's own maximiser, kept for comparison (benchmarks/bench_temporal.py).
+    _c0_update = "pairwise"
+
+    #: Agreement A_d(C0) of the C0 a learnt fit starts from: consecutive means nearly equal
+    #: (the static mixture), which the data then loosens.
+    _c0_start_agreement = 0.99
 
     _fitted_attributes = _mixture.BaseVMFMixture._fitted_attributes + (
         "time_mean_directions_",
@@ -192,13 +219,17 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         "s2_",
         "n_times_",
         "lower_bounds_",
+        "n_occupied_components_",
+        "largest_share_",
+        "degenerate_components_",
+        "n_degenerate_restarts_",
     )
 
     def __init__(
         self,
         n_components: int = 1,
         *,
-        C0: float = 100.0,
+        C0: float | None = None,
         kappa_update: str = "sampling",
         alpha: float = 1.0,
         mu0=None,
@@ -313,19 +344,52 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             empirical_bayes=bool(self.empirical_bayes),
             num_samples=int(self.kappa_num_samples),
             num_steps=int(self.kappa_num_steps),
+            c0_update="fixed" if self.C0 is not None else self._c0_update,
         )
+        runs = []  # (last state, its q(z) statistics, bounds) of every restart, for the guards
 
         def start(init_key):
             stats = _initial_statistics(
                 init_key, data, t_dev, n_times=n_times, n_components=K, init=self.init
             )
+            runs.append([None, None, []])
             return self._initial_state(stats, mu0, d), stats
 
         def step(key, state, stats):
-            return _vi_step(key, data, t_dev, state, stats, **static)
+            out = _vi_step(key, data, t_dev, state, stats, **static)
+            runs[-1][:2] = out[:2]
+            runs[-1][2].append(float(out[2].lower_bound))
+            return out
 
         state, bounds, converged = _s.fit_restarts(self, rng_key, n, start, step, "T-vMFmix VI")
+        diagnoses = [self._diagnose(data, t_dev, *run[:2], n) for run in runs]
+        finals = [run[2][-1] for run in runs]
+        kept = _guards.select_run(finals, diagnoses, self.tol * n)
+        if kept != _mixture.best_run(finals, self.tol * n):
+            # fit_restarts kept a degenerate restart: a healthy one replaces it
+            state, _, bounds = runs[kept]
+            converged = len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= self.tol * n
         self._store(state, bounds, converged)
+        n_bad = sum(diag.degenerate for diag in diagnoses)
+        _guards.report(self, diagnoses[kept], n_bad)
+        _guards.warn_components(
+            diagnoses[kept],
+            type(self).__name__,
+            "Try fewer components (n_components) or more rows per time step.",
+            n_runs=len(runs),
+            n_degenerate_runs=n_bad,
+            stacklevel=6,
+        )
+
+    @staticmethod
+    def _diagnose(data, t_dev, state: TState, stats: TStats, n: int) -> _guards.Diagnosis:
+        """Diagnose one restart's last state (:mod:`bayesvmf._guards`; no concentration cap)."""
+        return _guards.diagnose(
+            np.asarray(stats.resp_sum.sum(axis=0)),
+            n_rows=n,
+            kappa=np.asarray(state.kappa.mean_kappa),
+            effective_rows=np.asarray(effective_rows(data, t_dev, state)),
+        )
 
     def _initial_state(self, stats: TStats, mu0, d) -> TState:
         """Every time step starts at its cluster's pooled direction and concentration."""
@@ -335,16 +399,18 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         psi_k = np.where(norms[:, None] > 0, pooled / np.maximum(norms, 1e-300)[:, None], mu0)
         kappa = _s.initial_kappa(d, norms / np.maximum(counts, 1e-300))
         n_times = stats.resp_sum.shape[0]
+        if self.C0 is None:
+            C0 = float(special.kappa_from_rbar(d, self._c0_start_agreement))
+        else:
+            C0 = float(self.C0)
         psi = jnp.asarray(np.broadcast_to(psi_k, (n_times, *psi_k.shape)).copy())
         # replaced by the first q(mu) update; the concentration of each step's data until then
-        gamma = jnp.asarray(
-            kappa[None, :] * np.maximum(np.asarray(stats.resp_sum), 1.0) + float(self.C0)
-        )
+        gamma = jnp.asarray(kappa[None, :] * np.maximum(np.asarray(stats.resp_sum), 1.0) + C0)
         m = float(np.mean(np.log(kappa))) if self.m is None else float(self.m)
         priors = _kappa.Priors(
             alpha=jnp.float64(self.alpha),
             mu0=jnp.asarray(mu0, jnp.float64),
-            C0=jnp.float64(self.C0),
+            C0=jnp.float64(C0),
             m=jnp.float64(m),
             s2=jnp.float64(self.s2),
         )

@@ -9,9 +9,9 @@ Generative story: K clusters whose mean directions drift over T time steps,
 with kappa_k and pi shared over time (times are numbered from 0 here, from 1 in [1]_).
 
 Inference: q(pi) = Dir(rho), q(z_{t,i}) = Cat(lam), q(mu_{t,k}) = vMF(psi_tk, gamma_tk),
-q(kappa_k) from :mod:`._kappa`; empirical Bayes of alpha, mu_{-1}, m, s2 (C0 is a user
-setting, as [1]_ recommends). Derivations (the supplement is missing):
-docs/bayesian_hierarchical_temporal.md.
+q(kappa_k) from :mod:`._kappa`; empirical Bayes of alpha, mu_{-1}, m, s2, and of C0 unless
+the user fixes it ([1]_ recommends setting it by hand; see *Learning C0* below). Derivations
+(the supplement is missing): docs/bayesian_hierarchical_temporal.md.
 
 *Bound.* With E[mu_tk] = A_d(gamma_tk) psi_tk, N_tk = sum_{i at t} lam_ik and
 r_tk = sum_{i at t} lam_ik x_i,
@@ -37,6 +37,28 @@ E[mu_{t-1}.mu_t] = E[mu_{t-1}].E[mu_t].
 * q(pi): rho_k = alpha + N_k; empirical Bayes (:mod:`._empirical_bayes`): alpha
   (safeguarded Newton), mu_{-1} the direction of
   sum_k E[mu_0k], (m, s2) the Gaussian MLE of the log kappa moments.
+
+*Learning C0.* The bound's stationarity condition in C0 is
+
+    A_d(C0) = (1 / (T K)) sum_{t,k} a_tk,   a_0k = mu_{-1}.E[mu_0k],
+    a_tk = E[mu_{t-1,k} . mu_tk]  (t >= 1),                                  (C0)
+
+the mean agreement of consecutive means. Under mean field a_tk = E[mu_{t-1,k}].E[mu_tk] =
+A_d(gamma_{t-1,k}) A_d(gamma_tk) psi_{t-1,k}.psi_tk (``c0_update="mean-field"``, the exact
+maximiser of L in C0). In high dimension A_d(gamma) is well below 1 even when the fitted
+directions agree (d = 28,000: A_d ~ 0.87 at gamma = 100,000), so the product of two of them
+reports consecutive means as less alike than their directions are, C0 is set low, which
+lowers gamma, which lowers the next estimate: mean field drives C0 low. The chain's
+correlation is what mean field drops: mu_tk given mu_{t-1,k} (and the means of the rest)
+is vMF(R/|R|, |R|) with R = C0 mu_{t-1,k} + b_tk, b_tk = C0 E[mu_{t+1,k}] + E[kappa_k] r_tk,
+so E[mu_{t-1}.mu_t | mu_{t-1}] = A_d(|R|) (C0 + mu_{t-1}.b_tk) / |R|, in which
+mu_{t-1}.mu_{t-1} = 1 exactly where mean field has A_d(gamma_{t-1})^2.
+``c0_update="pairwise"`` (the estimator's default) takes a_tk from this conditional with
+mu_{t-1}.b_tk replaced by its mean E[mu_{t-1}].b_tk (in high dimension the spread of
+mu_{t-1} around its mean is nearly orthogonal to any one vector, so the dot product
+concentrates); at t = 0, mu_{-1} is a point and the formula equals mean field. One
+fixed-point step of (C0) per iteration, after the other updates; the bound is then that of
+the current C0 (monotone per iteration only with C0 fixed or under mean field).
 
 A time step without data is allowed: its r_tk = 0 and q(mu_tk) interpolates between the
 neighbouring steps through the C0 terms.
@@ -83,7 +105,29 @@ from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as _s
 
-__all__ = ["TState", "TStats", "TInfo", "lower_bound", "e_step", "m_part", "vi_step"]
+__all__ = [
+    "C0_UPDATES",
+    "TState",
+    "TStats",
+    "TInfo",
+    "chain_agreement",
+    "lower_bound",
+    "e_step",
+    "m_part",
+    "vi_step",
+]
+
+#: How C0 is set at each iteration: kept ("fixed"), the bound's maximiser under mean field
+#: ("mean-field") or from the pairwise conditionals of the chain ("pairwise"), module
+#: docstring *Learning C0*.
+C0_UPDATES = ("fixed", "mean-field", "pairwise")
+
+#: The static arguments of the jitted VI step.
+STATIC_ARGNAMES = (*_s.STATIC_ARGNAMES, "c0_update")
+
+#: Largest agreement A_d(C0) a learnt C0 may have: C0 stays finite (~ d 5e9) when consecutive
+#: means coincide.
+MAX_AGREEMENT = 1.0 - 1e-10
 
 
 class TState(NamedTuple):
@@ -145,6 +189,34 @@ def _update_mu(state: TState, resultant, mask):
     return state._replace(psi=psi, gamma=gamma, emu=emu)
 
 
+def chain_agreement(state: TState, stats: TStats, kind: str):
+    """Return a_tk of the module docstring's (C0), shape (T, K), under ``kind``.
+
+    ``kind`` is ``"mean-field"`` (E[mu_{t-1}].E[mu_t]) or ``"pairwise"`` (from the
+    conditional of mu_t given mu_{t-1}; mu_{-1} = ``mu0`` at t = 0).
+    """
+    p = state.priors
+    prev, nxt = _chain_terms(state.emu, p.mu0)
+    if kind == "mean-field":
+        return jnp.sum(prev * state.emu, axis=-1)
+    d = state.psi.shape[-1]
+    b = p.C0 * nxt + state.kappa.mean_kappa[None, :, None] * stats.resultant
+    c = jnp.sum(prev * b, axis=-1)
+    norm = jnp.sqrt(jnp.maximum(p.C0**2 + jnp.sum(b * b, axis=-1) + 2.0 * p.C0 * c, 0.0))
+    safe = jnp.where(norm > 0, norm, 1.0)
+    return jnp.where(norm > 0, special.mean_resultant_length(d, norm) * (p.C0 + c) / safe, 0.0)
+
+
+def update_C0(state: TState, stats: TStats, kind: str) -> TState:
+    """One fixed-point step of (C0): A_d(C0) = the mean of :func:`chain_agreement`."""
+    d = state.psi.shape[-1]
+    rbar = jnp.clip(jnp.mean(chain_agreement(state, stats, kind)), 0.0, MAX_AGREEMENT)
+    C0 = special.kappa_from_rbar(d, rbar)
+    # an agreement <= 0 would give C0 = 0: keep the chain's normaliser finite
+    C0 = jnp.maximum(C0, _s.KAPPA_FLOOR)
+    return state._replace(priors=state.priors._replace(C0=C0))
+
+
 def _kappa_inputs(emu, stats: TStats):
     return stats.resp_sum.sum(axis=0), jnp.sum(emu * stats.resultant, axis=(0, 2))
 
@@ -202,19 +274,50 @@ def _statistics(data, times, lam, n_times: int, log_lam=None) -> TStats:
     return TStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy))
 
 
-def e_step(data, times, state: TState) -> TStats:
-    """Update q(z); return N_tk, r_tk and H[q(z)] (plain data or a block, :func:`_statistics`)."""
+def _log_resp(data, times, state: TState):
+    """Return log lam (n, K) of the q(z) update of the rows (plain data or a block's view)."""
     k = state.kappa
     cos = _row_cosines(_parallel.block_data(data), times, state.emu)
     wlp = _eb.expected_log_pi(state.rho) + k.mean_log_c + k.mean_kappa * cos
-    log_lam = wlp - logsumexp(wlp, axis=1, keepdims=True)
+    return wlp - logsumexp(wlp, axis=1, keepdims=True)
+
+
+def e_step(data, times, state: TState) -> TStats:
+    """Update q(z); return N_tk, r_tk and H[q(z)] (plain data or a block, :func:`_statistics`)."""
+    log_lam = _log_resp(data, times, state)
     return _statistics(data, times, jnp.exp(log_lam), state.psi.shape[0], log_lam)
 
 
+@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+def effective_rows(data, times, state: TState):
+    """(sum_i lam_ik)^2 / sum_i lam_ik^2 of the q(z) of ``state`` (see :mod:`bayesvmf._guards`).
+
+    The effective number of rows carrying each cluster, added over the devices on row
+    blocks (padding rows weigh 0).
+    """
+
+    def body(state, data, times):
+        lam = jnp.exp(_log_resp(data, times, state))
+        if isinstance(data, _parallel.RowBlocks):
+            lam = lam * data.row_weight[:, None]
+        return _parallel.sum_over_blocks(data, lam.sum(axis=0), jnp.sum(lam * lam, axis=0))
+
+    total, squares = _s.map_row_blocks(body, state, data, times)
+    return jnp.where(squares > 0, total**2 / jnp.where(squares > 0, squares, 1.0), 0.0)
+
+
 def m_part(
-    rng_key, state: TState, stats: TStats, *, scheme, empirical_bayes, num_samples, num_steps
+    rng_key,
+    state: TState,
+    stats: TStats,
+    *,
+    scheme,
+    empirical_bayes,
+    num_samples,
+    num_steps,
+    c0_update="fixed",
 ):
-    """Update q(pi), q(mu) (even then odd times), q(kappa) and the priors."""
+    """Update q(pi), q(mu) (even then odd times), q(kappa), the priors, then C0."""
     p = state.priors
     weight = stats.resp_sum.sum(axis=0)
     state = state._replace(rho=p.alpha + weight)
@@ -222,7 +325,7 @@ def m_part(
     for mask in (even, ~even):
         state = _update_mu(state, stats.resultant, mask)
     weight, dot = _kappa_inputs(state.emu, stats)
-    return _s.update_kappa_priors(
+    state = _s.update_kappa_priors(
         rng_key,
         state,
         weight,
@@ -233,6 +336,9 @@ def m_part(
         num_samples=num_samples,
         num_steps=num_steps,
     )
+    if c0_update == "fixed":  # static: fits with a fixed and a learnt C0 are two programs
+        return state
+    return update_C0(state, stats, c0_update)
 
 
 def vi_step(
@@ -246,6 +352,7 @@ def vi_step(
     empirical_bayes,
     num_samples,
     num_steps,
+    c0_update="fixed",
 ):
     """One VI iteration (as in H-vMFmix: the q(z) update closes it).
 
@@ -261,6 +368,7 @@ def vi_step(
         empirical_bayes=empirical_bayes,
         num_samples=num_samples,
         num_steps=num_steps,
+        c0_update=c0_update,
     )
     return _s.map_row_blocks(body, (rng_key, state, stats), data, times)
 
@@ -273,9 +381,7 @@ def _vi_step_body(args, data, times, **static):
     return state, e_step(data, times, state), info
 
 
-_vi_step = jax.jit(
-    vi_step, static_argnames=_s.STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS
-)
+_vi_step = jax.jit(vi_step, static_argnames=STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS)
 
 
 @functools.partial(
