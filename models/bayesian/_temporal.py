@@ -116,7 +116,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         Concentration of each time step around the previous one: large values keep the
         clusters nearly fixed, small ones let them move. None (the default): learnt by
         empirical Bayes, A_d(C0) matched at every iteration to the agreement of consecutive
-        means taken with the chain's pairwise correlations (module docstring of
+        means taken from a structured (forward-backward) view of the chain (module docstring of
         :mod:`._temporal_vi`, *Learning C0*; the fitted value is ``C0_``), whether or not
         ``empirical_bayes`` is set. A float fixes it ([1]_ sets it by hand). A fixed C0 has to
         suit the dimension: consecutive means have expected cosine A_d(C0), 0.0036 for
@@ -159,6 +159,9 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     dirichlet_ : ndarray of shape (K,)
     alpha_, mu0_, C0_, m_, s2_
         Priors at the end of the fit (``C0_`` the learnt C0, or the user's).
+    C_first_ : float
+        Concentration of the first time step's means around ``mu0_``: learnt separately
+        when C0 is learnt (:mod:`._temporal_vi`, *Learning C0*), else ``C0_``.
     n_times_ : int
     lower_bounds_ : ndarray
     n_occupied_components_ : int
@@ -200,7 +203,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
     #: The C0 update when ``C0`` is None (:data:`._temporal_vi.C0_UPDATES`); "mean-field"
     #: is the bound's own maximiser, kept for comparison (benchmarks/bench_temporal.py).
-    _c0_update = "pairwise"
+    _c0_update = "structured"
 
     #: Agreement A_d(C0) of the C0 a learnt fit starts from: consecutive means nearly equal
     #: (the static mixture), which the data then loosens.
@@ -215,6 +218,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         "alpha_",
         "mu0_",
         "C0_",
+        "C_first_",
         "m_",
         "s2_",
         "n_times_",
@@ -421,6 +425,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             jnp.full((counts.size,), float(self.alpha)) + jnp.asarray(counts),
             _s.kappa_moments_at(d, kappa, self.kappa_update),
             priors,
+            None if self.C0 is not None else jnp.float64(C0),
         )
 
     def _store(self, state: TState, bounds, converged) -> None:
@@ -428,6 +433,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         _s.store_fit(self, state, bounds, converged)
         self.time_mean_directions_ = np.asarray(state.psi)
         self.time_mean_concentrations_ = np.asarray(state.gamma)
+        self.C_first_ = float(state.priors.C0 if state.c_first is None else state.c_first)
         self.n_times_ = int(state.psi.shape[0])
         self.mean_directions_ = self.time_mean_directions_[-1]
         self.concentrations_ = np.asarray(k.mean_kappa)
