@@ -295,7 +295,9 @@ def fit_streaming(model, paths, n_epochs: int = 1, normalize: bool = True):
     n_epochs : int, default 1
         Passes over the corpus.
     normalize : bool, default True
-        Passed to :func:`iter_chunks` (row chunks only).
+        Passed to :func:`iter_chunks` (row chunks only), which rescales the rows once: the
+        model's own ``normalize`` is set to False during the stream (its check of unit rows
+        still runs) and restored afterwards.
 
     Returns
     -------
@@ -314,7 +316,17 @@ def fit_streaming(model, paths, n_epochs: int = 1, normalize: bool = True):
                 model.partial_fit(docs, weights, n_sets=corpus_sets)
         return model
     corpus_rows = sum(chunk_rows(path) for path in paths)
-    for _ in range(int(n_epochs)):
-        for chunk in iter_chunks(paths, normalize=normalize):
-            model.partial_fit(chunk, n_samples=corpus_rows)
+    # iter_chunks rescales (or checks) the rows once; a model that would rescale them again
+    # (normalize=True) moves them by an ulp, which the stochastic steps amplify: it only
+    # checks them during the stream, and gets its setting back afterwards
+    rescales = bool(model.get_params().get("normalize", False))
+    if rescales:
+        model.set_params(normalize=False)
+    try:
+        for _ in range(int(n_epochs)):
+            for chunk in iter_chunks(paths, normalize=normalize):
+                model.partial_fit(chunk, n_samples=corpus_rows)
+    finally:
+        if rescales:
+            model.set_params(normalize=True)
     return model

@@ -435,6 +435,7 @@ def test_estimator_gibbs_round_trip(problem, runs, tmp_path):
     model = BayesianVMFMixture(
         K,
         inference="gibbs",
+        shared_kappa=False,
         alpha=pr.alpha,
         mu0=pr.mu0,
         C0=pr.C0,
@@ -479,6 +480,7 @@ def test_gibbs_agrees_with_variational_inference(fitted, problem):
     pr = problem.priors
     vi = BayesianVMFMixture(
         K,
+        shared_kappa=False,
         alpha=pr.alpha,
         mu0=pr.mu0,
         C0=pr.C0,

@@ -57,7 +57,13 @@ def bounding_fit(data):
     X, _ = data
     before = _mixture.TRACE_COUNTS.get("hierarchical.vi_step", 0)
     model = HierarchicalVMFMixture(
-        TREE, kappa_update="bounding", n_init=2, max_iter=200, tol=1e-5, random_state=0
+        TREE,
+        kappa_update="bounding",
+        shared_kappa=False,
+        n_init=2,
+        max_iter=200,
+        tol=1e-5,
+        random_state=0,
     ).fit(X)
     # one trace for every iteration of both restarts
     model.traces = _mixture.TRACE_COUNTS["hierarchical.vi_step"] - before

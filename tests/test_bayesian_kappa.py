@@ -213,3 +213,57 @@ def test_bad_scheme():
         _kappa.initial_kappa_state([1.0], "grid")
     with pytest.raises(ValueError, match="bounding scheme"):
         _kappa.moments_from_state(jnp.zeros(3), "sampling", d=3)
+
+
+@pytest.mark.parametrize("scheme", ["sampling", "bounding"])
+def test_pooled_update_is_one_concentration_of_the_pooled_target(scheme):
+    """Pooled entries get the moments of one update on the summed (weight, dot); others own."""
+    from bayesvmf.models.bayesian import _empirical_bayes as _eb
+
+    d = 20
+    weight, dot = _targets(d, [5.0, 20.0, 40.0], [30.0, 50.0, 10.0])
+    pooled = np.array([True, False, True])
+    with jax.enable_x64(True):
+        state = _kappa.initial_kappa_state(jnp.array([5.0, 20.0, 40.0]), scheme)
+        kw = dict(d=d, num_samples=400, num_warmup=50, num_steps=20)
+        key = jax.random.key(0)
+        moments, accept = _kappa.pooled_update(
+            scheme, key, state, weight, dot, 1.0, 4.0, jnp.asarray(pooled), **kw
+        )
+        # the reference: a separate update of the pooled target alone, and of entry 1 alone
+        alone, _ = _kappa.update(
+            scheme,
+            key,
+            state[jnp.array([0])],
+            np.array([weight[0] + weight[2]]),
+            np.array([dot[0] + dot[2]]),
+            1.0,
+            4.0,
+            **kw,
+        )
+        mean_kappa = np.asarray(moments.mean_kappa)
+        assert mean_kappa[0] == mean_kappa[2]
+        assert accept.shape == (3,)
+        if scheme == "bounding":  # deterministic: the same ascent
+            np.testing.assert_allclose(mean_kappa[0], float(alone.mean_kappa[0]), rtol=1e-10)
+            own, _ = _kappa.update(scheme, key, state[1:2], weight[1:2], dot[1:2], 1.0, 4.0, **kw)
+            np.testing.assert_allclose(mean_kappa[1], float(own.mean_kappa[0]), rtol=1e-10)
+        else:  # another chain of one target: within Monte Carlo error of the quadrature
+            ref = _quadrature_moments(d, weight[0] + weight[2], dot[0] + dot[2], 1.0, 4.0)
+            np.testing.assert_allclose(mean_kappa[0], ref["mean_kappa"], rtol=0.05)
+        # the KL of the shared concentration counts once
+        kl = _kappa.kl_normal(moments.mean_log_kappa, moments.var_log_kappa, 1.0, 4.0)
+        total = _kappa.kl_total(
+            moments.mean_log_kappa, moments.var_log_kappa, 1.0, 4.0, jnp.asarray(pooled)
+        )
+        np.testing.assert_allclose(float(total), float(kl[0] + kl[1]), rtol=1e-12)
+        # empirical Bayes of (m, s2): two distinct concentrations, the pooled one once
+        a, b = np.asarray(moments.mean_log_kappa), np.asarray(moments.var_log_kappa)
+        m, s2 = _eb.update_m_s2(jnp.asarray(a), jnp.asarray(b), jnp.asarray(pooled), 4.0)
+        np.testing.assert_allclose(float(m), (a[0] + a[1]) / 2, rtol=1e-12)
+        expected_s2 = np.mean([b[0] + (a[0] - float(m)) ** 2, b[1] + (a[1] - float(m)) ** 2])
+        np.testing.assert_allclose(float(s2), expected_s2, rtol=1e-12)
+        # a single concentration: m follows it, s2 is kept (its MLE would collapse the prior)
+        everything = jnp.ones(3, bool)
+        m1, s21 = _eb.update_m_s2(jnp.full(3, a[0]), jnp.full(3, b[0]), everything, 4.0)
+        np.testing.assert_allclose([float(m1), float(s21)], [a[0], 4.0], rtol=1e-12)

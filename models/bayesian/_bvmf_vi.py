@@ -78,11 +78,17 @@ class Posterior(NamedTuple):
 
 
 class Statistics(NamedTuple):
-    """What the bound needs from q(z): r_k, N_k and the entropy -sum lambda log lambda."""
+    """What the bound needs from q(z): r_k, N_k and the entropy -sum lambda log lambda.
+
+    ``resp_square`` (sum_i lambda_ik^2, (K,)) is not in the bound: with N_k it gives the
+    effective number of rows carrying each component, N_k^2 / sum_i lambda_ik^2 (the
+    degeneracy diagnosis of :mod:`bayesvmf._guards`); None where no one needs it.
+    """
 
     resultant: jax.Array
     resp_sum: jax.Array
     resp_entropy: jax.Array
+    resp_square: jax.Array | None = None
 
 
 class VIState(NamedTuple):
@@ -123,7 +129,9 @@ class VIState(NamedTuple):
 # --------------------------------------------------------------------------------------------
 
 
-def elbo(post: Posterior, stats: Statistics, priors: Priors, d: int, a_gamma=None):
+def elbo(
+    post: Posterior, stats: Statistics, priors: Priors, d: int, a_gamma=None, shared_kappa=False
+):
     """Return the variational lower bound (VLB of sec. 3.1.1 of [1]_), total over the rows.
 
     Sum of (docs/bayesian_vi.md, eq. (B1)-(B8)): E log p(X | z, mu, kappa),
@@ -141,6 +149,9 @@ def elbo(post: Posterior, stats: Statistics, priors: Priors, d: int, a_gamma=Non
         Dimension (static).
     a_gamma : jax.Array of shape (K,), optional
         A_d(gamma_k) when the caller has it (saves a Bessel ratio).
+    shared_kappa : bool, default False
+        One concentration for every component (equal moments): its KL term counts once
+        (:func:`._kappa.kl_total`).
 
     Returns
     -------
@@ -157,8 +168,8 @@ def elbo(post: Posterior, stats: Statistics, priors: Priors, d: int, a_gamma=Non
     likelihood = jnp.sum(stats.resp_sum * kappa.mean_log_c + kappa.mean_kappa * a_gamma * psi_dot_r)
     pi_terms = _eb.dirichlet_terms(rho, stats.resp_sum, priors.alpha)  # (B2) + (B3) + (B7)
     prior_mu = jnp.sum(log_c_c0 + priors.C0 * a_gamma * (psi @ priors.mu0))
-    kappa_terms = -jnp.sum(
-        _kappa.kl_normal(kappa.mean_log_kappa, kappa.var_log_kappa, priors.m, priors.s2)
+    kappa_terms = -_kappa.kl_total(
+        kappa.mean_log_kappa, kappa.var_log_kappa, priors.m, priors.s2, _pooled(rho, shared_kappa)
     )
     entropy_mu = -jnp.sum(log_c_gamma + gamma * a_gamma)
     return likelihood + pi_terms + prior_mu + kappa_terms + stats.resp_entropy + entropy_mu
@@ -202,13 +213,28 @@ def _statistics(data, log_resp):
         weighted = resp * data.row_weight[:, None]
     resultant, resp_sum = _mixture.resultants(_parallel.block_data(data), weighted)
     entropy = -jnp.sum(xlogy(weighted, resp))
-    return Statistics(*_parallel.sum_over_blocks(data, resultant, resp_sum, entropy))
+    square = jnp.sum(weighted * resp, axis=0)
+    return Statistics(*_parallel.sum_over_blocks(data, resultant, resp_sum, entropy, square))
+
+
+def _pooled(rho, shared_kappa: bool):
+    """Return the pooled-concentration mask of :mod:`._kappa` (every component), or None."""
+    return jnp.ones(rho.shape[-1], bool) if shared_kappa else None
 
 
 def _update_kappa_priors(key, kappa, weight, dot, rho, mean_mu, priors, cfg, empirical_bayes):
-    """q(kappa) (U3) from its weight and dot, then the empirical Bayes updates (U4)."""
-    scheme, d, num_samples, num_warmup, num_steps = cfg
-    kappa, accept = _kappa.update(
+    """q(kappa) (U3) from its weight and dot, then the empirical Bayes updates (U4).
+
+    With a shared concentration (``cfg``) q(kappa) is the pooled update of
+    :func:`._kappa.pooled_update` (weight sum_k N_k, dot sum_k delta_k) and (m, s2) the
+    empirical Bayes of one concentration (m follows it, s2 is kept: :func:`._eb.update_m_s2`).
+    """
+    scheme, d, num_samples, num_warmup, num_steps, shared_kappa = cfg
+    pooled = _pooled(rho, shared_kappa)
+    update = (
+        _kappa.update if pooled is None else functools.partial(_kappa.pooled_update, pooled=pooled)
+    )
+    kappa, accept = update(
         scheme,
         key,
         kappa.state,
@@ -224,8 +250,9 @@ def _update_kappa_priors(key, kappa, weight, dot, rho, mean_mu, priors, cfg, emp
     # empirical Bayes (sec. 3.1.3) is a traced switch, so fits with and without it share
     # one program
     mu0, c0 = _eb.update_mu0_c0(mean_mu, priors.mu0, d)
-    m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
-    updated = Priors(_eb.update_alpha(priors.alpha, rho), mu0, c0, m, s2)
+    m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa, pooled, priors.s2)
+    alpha = _eb.update_alpha(priors.alpha, rho, _eb.alpha_cap(rho, priors.alpha))
+    updated = Priors(alpha, mu0, c0, m, s2)
     priors = jax.tree_util.tree_map(
         lambda new, old: jnp.where(empirical_bayes, new, old), updated, priors
     )
@@ -256,13 +283,13 @@ def _iteration(s: VIState, data, cfg, empirical_bayes):
     wlp = _log_resp_unnormalised(data, post, a_gamma)
     log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
     stats = _statistics(data, log_resp)
-    bound = elbo(post, stats, priors, d, a_gamma) / n
+    bound = elbo(post, stats, priors, d, a_gamma, cfg[-1]) / n
     return post, stats, priors, bound, accept
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps"),
+    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps", "shared_kappa"),
     compiler_options=_mixture.JIT_OPTIONS,
 )
 def vi_step(
@@ -276,6 +303,7 @@ def vi_step(
     num_samples: int,
     num_warmup: int,
     num_steps: int,
+    shared_kappa: bool = False,
 ):
     """Run one VI iteration of every active run of a batch (module docstring).
 
@@ -302,6 +330,8 @@ def vi_step(
         MH draws and warm-up per kappa update (sampling).
     num_steps : int (static)
         Ascent steps per kappa update (bounding).
+    shared_kappa : bool (static), default False
+        One concentration for every component (:func:`._kappa.pooled_update`).
 
     Returns
     -------
@@ -310,7 +340,7 @@ def vi_step(
         Whether some run still needs iterations.
     """
     _mixture.count_trace("bayesian.vi_step")
-    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps)
+    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps, shared_kappa)
     return _parallel.map_blocks(
         functools.partial(_vi_step_body, cfg=cfg), (state, tol, max_iter, empirical_bayes), data
     )
@@ -364,7 +394,7 @@ class StreamState(NamedTuple):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps"),
+    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps", "shared_kappa"),
     compiler_options=_mixture.JIT_OPTIONS,
 )
 def svi_step(
@@ -378,6 +408,7 @@ def svi_step(
     num_samples: int,
     num_warmup: int,
     num_steps: int,
+    shared_kappa: bool = False,
 ):
     r"""One step of stochastic variational inference on a chunk (Hoffman et al. 2013).
 
@@ -406,7 +437,7 @@ def svi_step(
     step_size, scale : float64 scalars
         rho_t and n / m.
     empirical_bayes : bool scalar
-    scheme, num_samples, num_warmup, num_steps : static, as in :func:`vi_step`.
+    scheme, num_samples, num_warmup, num_steps, shared_kappa : static, as in :func:`vi_step`.
 
     Returns
     -------
@@ -417,7 +448,7 @@ def svi_step(
     accept_rate : jax.Array of shape (K,)
     """
     _mixture.count_trace("bayesian.svi_step")
-    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps)
+    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps, shared_kappa)
     return _parallel.map_blocks(
         functools.partial(_svi_step_body, cfg=cfg),
         (state, step_size, scale, empirical_bayes),
@@ -433,7 +464,7 @@ def _svi_step_body(args, data, *, cfg):
     a_gamma = special.mean_resultant_length(d, post.gamma)
     wlp = _log_resp_unnormalised(data, post, a_gamma)
     log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
-    resultant, resp_sum, entropy = _statistics(data, log_resp)
+    resultant, resp_sum, entropy, _ = _statistics(data, log_resp)
 
     def move(old, estimate):
         return (1.0 - step_size) * old + step_size * estimate
@@ -459,7 +490,7 @@ def _svi_step_body(args, data, *, cfg):
     stats = Statistics(scale * resultant, scale * resp_sum, scale * entropy)
     (real_rows,) = _parallel.sum_over_blocks(data, jnp.sum(data.row_weight))
     n = scale * real_rows
-    bound = elbo(post, stats, priors, d, a_gamma) / n
+    bound = elbo(post, stats, priors, d, a_gamma, cfg[-1]) / n
     return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept
 
 
@@ -505,22 +536,33 @@ def _label_statistics(labels, data, n_components: int):
     return _mixture.resultants(data, jax.nn.one_hot(labels, n_components, dtype=jnp.float64))
 
 
-@functools.partial(jax.jit, static_argnames="scheme", compiler_options=_mixture.JIT_OPTIONS)
-def _init_state(resultant, resp_sum, keys, priors: Priors, scheme: str):
+@functools.partial(
+    jax.jit, static_argnames=("scheme", "shared_kappa"), compiler_options=_mixture.JIT_OPTIONS
+)
+def _init_state(resultant, resp_sum, keys, priors: Priors, scheme: str, shared_kappa=False):
     """VIState of every restart from the statistics of its crisp assignment, (B, K, d), (B, K).
 
     q(z) is the one-hot assignment; q(kappa) starts at the classical per-component estimate
-    (A_d(kappa_k) = |r_k| / N_k), exp(m) for an empty component; q(pi), q(mu) are set by the
-    first iteration.
+    (A_d(kappa_k) = |r_k| / N_k), exp(m) for an empty component, or with ``shared_kappa`` at
+    the classical shared estimate (A_d(kappa) = sum_k |r_k| / n, eq. (27) of the sparse
+    mixture); q(pi), q(mu) are set by the first iteration.
     """
     _mixture.count_trace("bayesian.init_state")
     n_components, d = resultant.shape[1:]
 
     def one(resultant, resp_sum, key, pri):
-        stats = Statistics(resultant, resp_sum, jnp.zeros((), jnp.float64))
-        rbar = jnp.linalg.norm(stats.resultant, axis=-1) / jnp.maximum(stats.resp_sum, 1.0)
+        # a crisp assignment: sum_i lambda_ik^2 = N_k
+        stats = Statistics(resultant, resp_sum, jnp.zeros((), jnp.float64), resp_sum)
+        norms = jnp.linalg.norm(stats.resultant, axis=-1)
+        if shared_kappa:
+            total = jnp.maximum(jnp.sum(stats.resp_sum), 1.0)
+            rbar = jnp.full(n_components, jnp.sum(norms) / total)
+        else:
+            rbar = norms / jnp.maximum(stats.resp_sum, 1.0)
         kappa0, _ = _mixture.solve_kappa(d, rbar, _eb.C0_MAX)
-        kappa0 = jnp.where((stats.resp_sum > 0) & (kappa0 > 0), kappa0, jnp.exp(pri.m))
+        # one concentration: every component, empty or not, starts at the shared estimate
+        used = (jnp.sum(stats.resp_sum) if shared_kappa else stats.resp_sum) > 0
+        kappa0 = jnp.where(used & (kappa0 > 0), kappa0, jnp.exp(pri.m))
         kstate = _kappa.initial_kappa_state(kappa0, scheme)
         moments = KappaMoments(
             mean_kappa=kappa0,

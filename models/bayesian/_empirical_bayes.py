@@ -10,8 +10,8 @@ section "Empirical Bayes", and ``docs/bayesian_hierarchical_temporal.md``):
 
 * alpha (:func:`update_alpha`): f(alpha) = log Gamma(K alpha) - K log Gamma(alpha)
   + (alpha - 1) sum_k E[log pi_k] is concave; Newton steps (as for LDA's alpha, [2]_), each
-  halved until f does not decrease and alpha stays in :data:`ALPHA_RANGE`, so f never
-  decreases and alpha stays finite;
+  halved until f does not decrease and alpha stays in :data:`ALPHA_RANGE` (and below
+  :func:`alpha_cap`, where the model passes it), so f never decreases and alpha stays finite;
 * mu0 (:func:`update_mu0`): sum_k C0 mu0 . E[mu_k] is maximised on the sphere by the
   direction of M = sum_k E[mu_k]; C0 (:func:`update_mu0_c0`, B-vMFmix only) by the vMF
   maximum likelihood A_d(C0) = |M| / K, capped at :data:`C0_MAX` (in H- and T-vMFmix C0 is
@@ -47,6 +47,7 @@ __all__ = [
     "expected_log_pi",
     "dirichlet_prior_terms",
     "dirichlet_terms",
+    "alpha_cap",
     "update_alpha",
     "update_mu0",
     "update_mu0_c0",
@@ -124,7 +125,35 @@ def dirichlet_terms(rho, resp_sum, alpha):
     return dirichlet_prior_terms(alpha, e_log_pi) + jnp.sum(resp_sum * e_log_pi) + entropy
 
 
-def update_alpha(alpha, rho):
+def alpha_cap(rho, alpha):
+    """Return n / K, the largest alpha empirical Bayes may reach (K alpha <= n rows).
+
+    On balanced clusters (counts N_k more even than a multinomial draw gives) the evidence of
+    the Dirichlet-multinomial increases all the way to alpha -> infinity, and coordinate
+    ascent follows it: each alpha step raises rho = alpha + N_k, which raises the next alpha
+    (a fit on three balanced clusters of 80 rows reached alpha ~1,600 and kept creeping, so
+    the bound never settled). Capping the prior's total pseudo-count K alpha at the number of
+    rows n = sum_k (rho_k - alpha) keeps the prior from outweighing the data; the cap binds
+    only where the unconstrained maximiser lies beyond it, and the step stays a maximiser of
+    the bound over the feasible alpha, so the bound still never decreases.
+
+    Parameters
+    ----------
+    rho : jax.Array of shape (K,)
+        Parameters of q(pi) = Dir(alpha + N_k).
+    alpha : scalar
+        The alpha that ``rho`` was computed with.
+
+    Returns
+    -------
+    jax.Array
+        The cap, at least ``ALPHA_RANGE[0]``.
+    """
+    k = rho.shape[-1]
+    return jnp.maximum(jnp.sum(rho - alpha, axis=-1) / k, ALPHA_RANGE[0])
+
+
+def update_alpha(alpha, rho, alpha_max=None):
     """Empirical Bayes for alpha (sec. 3.1.3 of [1]_): maximise :func:`dirichlet_prior_terms`.
 
     f(alpha) = log Gamma(K alpha) - K log Gamma(alpha) + (alpha - 1) S, with
@@ -138,6 +167,9 @@ def update_alpha(alpha, rho):
         Current value (the start of the Newton iteration).
     rho : jax.Array of shape (K,)
         Parameters of q(pi).
+    alpha_max : scalar, optional
+        A tighter upper end than ``ALPHA_RANGE[1]`` (:func:`alpha_cap`). A current alpha
+        above it is not pulled down (that could decrease f); it only cannot grow.
 
     Returns
     -------
@@ -148,6 +180,8 @@ def update_alpha(alpha, rho):
     k = rho.shape[-1]
     total = jnp.sum(e_log_pi)
     low, high = ALPHA_RANGE
+    if alpha_max is not None:
+        high = jnp.minimum(alpha_max, high)
     lengths = 0.5 ** jnp.arange(ALPHA_HALVINGS, dtype=jnp.float64)
 
     def f(a):
@@ -214,21 +248,44 @@ def update_mu0_c0(mean_mu, mu0, d: int):
     return mu0, c0
 
 
-def update_m_s2(mean_log_kappa, var_log_kappa):
+def update_m_s2(mean_log_kappa, var_log_kappa, pooled=None, s2=None):
     """Empirical Bayes for (m, s2) (sec. 3.1.3 of [1]_): the normal MLE of log kappa_j under q.
 
     m = mean_j E[log kappa_j]; s2 = mean_j (Var[log kappa_j] + (E[log kappa_j] - m)^2),
     floored at :data:`S2_MIN`: the maximiser of -sum_j KL(N(a_j, b_j) || N(m, s2)).
 
+    With ``pooled`` (a shared concentration, :func:`._kappa.pooled_update`) the pooled entries
+    are one concentration and count once (weight 1 / their number), as in
+    :func:`._kappa.kl_total`. When that leaves a single concentration (every entry pooled:
+    B-vMFmix with ``shared_kappa=True``), s2 is not updated and the given ``s2`` is returned:
+    the MLE of a variance from one concentration is that concentration's own posterior
+    variance, and iterating it shrinks the prior onto a point (each update of q(kappa) then
+    tightens q, the next s2 follows it, down to :data:`S2_MIN`), freezing kappa at its
+    current value. m is still its maximiser (m = E[log kappa]).
+
     Parameters
     ----------
     mean_log_kappa, var_log_kappa : jax.Array of shape (J,)
         E_q[log kappa_j] and Var_q[log kappa_j] (:class:`._kappa.KappaMoments`).
+    pooled : jax.Array of bool, shape (J,), optional
+        Entries sharing one concentration (None: none).
+    s2 : float or jax.Array, optional
+        The current s2, returned when a single concentration remains (needed with
+        ``pooled``).
 
     Returns
     -------
     m, s2 : jax.Array
     """
-    m = jnp.mean(mean_log_kappa)
-    s2 = jnp.mean(var_log_kappa + (mean_log_kappa - m) ** 2)
-    return m, jnp.maximum(s2, S2_MIN)
+    if pooled is None:
+        m = jnp.mean(mean_log_kappa)
+        s2_new = jnp.mean(var_log_kappa + (mean_log_kappa - m) ** 2)
+        return m, jnp.maximum(s2_new, S2_MIN)
+    pooled = jnp.asarray(pooled, bool)
+    n_pooled = jnp.sum(pooled)
+    weight = jnp.where(pooled, 1.0 / jnp.maximum(n_pooled, 1), 1.0)
+    total = jnp.sum(weight)
+    m = jnp.sum(weight * mean_log_kappa) / total
+    s2_new = jnp.sum(weight * (var_log_kappa + (mean_log_kappa - m) ** 2)) / total
+    single = jnp.all(pooled)
+    return m, jnp.where(single, jnp.asarray(s2, jnp.float64), jnp.maximum(s2_new, S2_MIN))

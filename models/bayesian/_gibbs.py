@@ -22,10 +22,11 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import _mixture, special
+from bayesvmf import _guards, _mixture, special
 from bayesvmf._mixture import JIT_OPTIONS, count_trace, data_dot, data_tdot
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian._gibbs_kernel import (
+    KAPPA_MAX,
     GibbsState,
     _gibbs_chunk,
     _norms_sq,
@@ -59,12 +60,15 @@ def _init_states(data, z, kappa, mu0, n_components):
     return jax.vmap(lambda zc, kc: init_state(data, zc, kc, mu0, n_components))(z, kappa)
 
 
-@functools.partial(jax.jit, static_argnames=("n_components",), compiler_options=JIT_OPTIONS)
-def _initial_kappa(data, z, m, n_components):
+@functools.partial(
+    jax.jit, static_argnames=("n_components", "shared"), compiler_options=JIT_OPTIONS
+)
+def _initial_kappa(data, z, m, n_components, shared=False):
     """Start kappa_k at the ML estimate of the initial clusters (exp(m) if fewer than 2 rows).
 
     One data product for all chains (labels of shape (chains, n)); the estimate is clipped
-    to [1e-3, 1e5] so that the first MH steps start inside the well-tested range.
+    to [1e-3, 1e5] so that the first MH steps start inside the well-tested range. With
+    ``shared``: the shared estimate A_d(kappa) = sum_k |s_k| / n for every k.
     """
     count_trace("bayesian.gibbs_init_kappa")
     n_chains, n = z.shape
@@ -73,7 +77,12 @@ def _initial_kappa(data, z, m, n_components):
     flat = jnp.moveaxis(onehot, 0, 1).reshape(n, n_chains * n_components)
     resultant = data_tdot(data, flat).T.reshape(n_chains, n_components, d)
     counts = onehot.sum(axis=1)
-    rbar = jnp.linalg.norm(resultant, axis=2) / jnp.maximum(counts, 1.0)
+    norms = jnp.linalg.norm(resultant, axis=2)
+    if shared:
+        rbar = jnp.broadcast_to(jnp.sum(norms, axis=1, keepdims=True) / n, norms.shape)
+        counts = jnp.broadcast_to(jnp.float64(n), counts.shape)
+    else:
+        rbar = norms / jnp.maximum(counts, 1.0)
     kappa, _ = _mixture.solve_kappa(d, rbar, 1e5)
     kappa = jnp.clip(kappa, 1e-3, 1e5)
     return jnp.where(counts >= 2, kappa, jnp.exp(m))
@@ -121,6 +130,7 @@ def run_chains(
     num_warmup: int,
     num_samples: int,
     progress_bar: bool = False,
+    shared_kappa: bool = False,
 ):
     """Run ``len(init_labels)`` chains of the collapsed sampler (warm-up included).
 
@@ -139,6 +149,8 @@ def run_chains(
         K.
     num_warmup, num_samples : int
     progress_bar : bool
+    shared_kappa : bool, default False
+        One kappa for all components (:func:`._gibbs_kernel.gibbs_kappa_update`).
 
     Returns
     -------
@@ -151,7 +163,7 @@ def run_chains(
     # kappa_k starts at the ML estimate of the initial clusters
     num_retained = min(GIBBS_PREDICTIVE_DRAWS, num_samples)
     z = jnp.asarray(init_labels)
-    kappa = _initial_kappa(data, z, hyper.m, n_components)
+    kappa = _initial_kappa(data, z, hyper.m, n_components, bool(shared_kappa))
     states = _init_states(data, z, kappa, hyper.mu0, n_components)
     max_nnz = max_row_nnz(data)
     # the sweeps read rows of X inside the program: device CSR arrays beside the host blocks
@@ -179,7 +191,16 @@ def run_chains(
         adapt = jnp.broadcast_to(jnp.asarray(adapt_all[part]), (n_chains, chunk))
         slots = jnp.broadcast_to(jnp.asarray(slots_all[part]), (n_chains, chunk))
         states, frequency, retained, info = _gibbs_chunk(
-            keys[c], adapt, slots, states, frequency, retained, data, hyper, max_nnz=max_nnz
+            keys[c],
+            adapt,
+            slots,
+            states,
+            frequency,
+            retained,
+            data,
+            hyper,
+            max_nnz=max_nnz,
+            shared=bool(shared_kappa),
         )
         infos.append(jax.tree.map(np.asarray, info))
         if bar is not None:
@@ -417,6 +438,7 @@ def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels) -> None:
         num_warmup=num_warmup,
         num_samples=num_samples,
         progress_bar=bool(estimator.progress_bar),
+        shared_kappa=bool(estimator.shared_kappa),
     )
     perms = align_chains(result.frequency)
     sampling = slice(num_warmup, None)
@@ -444,6 +466,16 @@ def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels) -> None:
     estimator.lower_bound_ = float(result.log_joint[0, -1])
     estimator.n_iter_ = num_warmup + num_samples
     estimator.converged_ = bool(np.all(rhat < RHAT_THRESHOLD))
+    # degeneracy guards on the average counts (crisp labels: the effective rows of a
+    # component are its count) of all chains, and of each chain for n_degenerate_restarts_
+    mean_counts, mean_kappa = counts.mean(axis=1), kappa.mean(axis=1)
+
+    def diagnose(c, k):
+        return _guards.diagnose(c, n_rows=n, kappa=k, kappa_max=KAPPA_MAX, effective_rows=c)
+
+    n_bad = sum(diagnose(c, k).degenerate for c, k in zip(mean_counts, mean_kappa, strict=True))
+    diag = diagnose(mean_counts.mean(axis=0), estimator.concentrations_)
+    estimator._report_guards(diag, n_bad, num_chains, stacklevel=5)
     if not estimator.converged_:
         bad = np.flatnonzero(~(rhat < RHAT_THRESHOLD))
         warnings.warn(
@@ -503,7 +535,8 @@ def gibbs_to_arviz(estimator):
     ``posterior``: ``kappa`` (the kappa_k draws) and ``weights`` (E[pi_k | z] =
     (alpha + n_k) / (n + K alpha) at every draw, pi integrated out as in the sampler);
     ``sample_stats``: ``log_joint`` (collapsed log p(X, z, kappa)) and ``n_occupied``
-    (components holding at least one row). Chains are aligned to chain 0's labels.
+    (components holding at least one row). Chains are aligned to chain 0's labels. With
+    ``shared_kappa`` the one concentration has dims (chain, draw) only.
     """
     import arviz as az
 
@@ -513,12 +546,13 @@ def gibbs_to_arviz(estimator):
     alpha = float(np.asarray(estimator.gibbs_priors_)[0])
     n = counts[0, 0].sum()
     weights = (alpha + counts) / (n + n_components * alpha)
+    shared = bool(estimator.shared_kappa)
     return az.from_dict(
-        posterior={"kappa": kappa, "weights": weights},
+        posterior={"kappa": kappa[..., 0] if shared else kappa, "weights": weights},
         sample_stats={
             "log_joint": np.asarray(estimator.gibbs_log_joint_),
             "n_occupied": (counts > 0).sum(axis=2),
         },
         coords={"component": np.arange(n_components)},
-        dims={"kappa": ["component"], "weights": ["component"]},
+        dims={"kappa": [] if shared else ["component"], "weights": ["component"]},
     )

@@ -441,8 +441,12 @@ def _kappa_terms(d: int, log_kappa, state: GibbsState, hyper: Priors, extra=None
     return target, log_c_kappa, log_c_norm, log_c[2 * n_components :]
 
 
-def gibbs_kappa_update(rng_key, state: GibbsState, hyper: Priors, d: int, adapt):
+def gibbs_kappa_update(rng_key, state: GibbsState, hyper: Priors, d: int, adapt, shared=False):
     """Update every kappa_k by ``KAPPA_MH_STEPS`` random-walk MH steps on log kappa_k.
+
+    With ``shared`` (static) one kappa is shared by the components: one chain on its
+    conditional, sum_k [n_k log C_d(kappa) - log C_d(|kappa s_k + C0 mu0|)] + log N(log kappa
+    | m, s2) (the prior once), its value copied into every kappa_k.
 
     The proposal is log kappa' = log kappa + exp(log_step) eps, eps ~ N(0, 1): the
     log-normal proposal "around the current iterate" of sec. 3.1.2 of [1]_; it is symmetric
@@ -461,35 +465,59 @@ def gibbs_kappa_update(rng_key, state: GibbsState, hyper: Priors, d: int, adapt)
         :func:`collapsed_log_joint` at the new state, from the normalisers the moves computed.
     """
     keys = jax.random.split(rng_key, KAPPA_MH_STEPS)
+    n_components = state.kappa.shape[0]
+
+    def terms(log_kappa, extra=None):
+        if not shared:
+            return _kappa_terms(d, log_kappa, state, hyper, extra)
+        # the likelihood factors of every k at the one kappa (no prior: s2 = inf), summed,
+        # and the prior once
+        value, log_c_kappa, log_c_norm, log_c_extra = _kappa_terms(
+            d,
+            jnp.broadcast_to(log_kappa, (n_components,)),
+            state,
+            hyper._replace(s2=jnp.inf),
+            extra,
+        )
+        value = jnp.sum(value) - 0.5 * (log_kappa - hyper.m) ** 2 / hyper.s2
+        return value, log_c_kappa, log_c_norm, log_c_extra
 
     def target(log_kappa):
-        value, log_c_kappa, log_c_norm, _ = _kappa_terms(d, log_kappa, state, hyper)
+        value, log_c_kappa, log_c_norm, _ = terms(log_kappa)
         return value, (log_c_kappa, log_c_norm)
 
     log_kappa = jnp.log(state.kappa)
+    log_step = state.log_step
+    if shared:  # one chain: (1,) arrays, the normalisers (aux) stay (K,)
+        log_kappa, log_step = log_kappa[:1], log_step[:1]
     # the first evaluation also gives log C_d(C0) (one normaliser call)
-    current, log_c_kappa, log_c_norm, log_c_c0 = _kappa_terms(
-        d, log_kappa, state, hyper, extra=hyper.C0
-    )
+    current, log_c_kappa, log_c_norm, log_c_c0 = terms(log_kappa, extra=hyper.C0)
     (log_kappa, _, (log_c_kappa, log_c_norm), log_step), accept_prob = _mcmc.log_kappa_mh(
         keys,
         log_kappa,
         current,
         (log_c_kappa, log_c_norm),
-        state.log_step,
+        log_step,
         target,
         adapt,
         log_kappa_max=np.log(KAPPA_MAX),
         target_accept=KAPPA_MH_TARGET,
     )
+    accept = accept_prob.mean(axis=0)
+    if shared:
+        log_kappa, log_step, accept = (
+            jnp.broadcast_to(a, (n_components,)) for a in (log_kappa, log_step, accept)
+        )
     state = state._replace(kappa=jnp.exp(log_kappa), log_c_kappa=log_c_kappa, log_step=log_step)
     log_joint = collapsed_log_joint(
-        state.counts, log_kappa, log_c_kappa, log_c_norm, log_c_c0[0], hyper
+        state.counts, log_kappa, log_c_kappa, log_c_norm, log_c_c0[0], hyper, shared
     )
-    return state, accept_prob.mean(axis=0), log_joint
+    return state, accept, log_joint
 
 
-def collapsed_log_joint(counts, log_kappa, log_c_kappa, log_c_norm, log_c_c0, hyper: Priors):
+def collapsed_log_joint(
+    counts, log_kappa, log_c_kappa, log_c_norm, log_c_c0, hyper: Priors, shared=False
+):
     """Return log p(X, z, kappa | alpha, mu0, C0, m, s2) with mu and pi integrated out.
 
     Dirichlet-multinomial term log Gamma(K alpha) - log Gamma(n + K alpha)
@@ -504,6 +532,8 @@ def collapsed_log_joint(counts, log_kappa, log_c_kappa, log_c_norm, log_c_c0, hy
     log_c_c0 : scalar
         log C_d(C0).
     hyper : Priors
+    shared : bool, default False
+        One kappa shared by the components (all ``log_kappa`` equal): its prior counts once.
     """
     n_components = counts.shape[0]
     alpha = hyper.alpha
@@ -513,6 +543,8 @@ def collapsed_log_joint(counts, log_kappa, log_c_kappa, log_c_norm, log_c_c0, hy
         + jnp.sum(gammaln(counts + alpha) - gammaln(alpha))
     )
     vmf = jnp.sum(counts * log_c_kappa + log_c_c0 - log_c_norm)
+    if shared:
+        log_kappa = log_kappa[:1]
     prior = jnp.sum(
         -log_kappa
         - 0.5 * jnp.log(2.0 * jnp.pi * hyper.s2)
@@ -521,8 +553,12 @@ def collapsed_log_joint(counts, log_kappa, log_c_kappa, log_c_norm, log_c_c0, hy
     return dirichlet + vmf + prior
 
 
-def gibbs_sweep(rng_key, state: GibbsState, data, hyper: Priors, x_mu0, adapt, max_nnz: int):
+def gibbs_sweep(
+    rng_key, state: GibbsState, data, hyper: Priors, x_mu0, adapt, max_nnz: int, shared=False
+):
     """One sweep: every label once (:func:`gibbs_z_sweep`), then the kappa moves.
+
+    ``shared`` (static): one kappa for every component (:func:`gibbs_kappa_update`).
 
     Returns
     -------
@@ -532,12 +568,14 @@ def gibbs_sweep(rng_key, state: GibbsState, data, hyper: Priors, x_mu0, adapt, m
     d = data.shape[1]
     key_z, key_kappa = jax.random.split(rng_key)
     state = gibbs_z_sweep(key_z, state, data, hyper, x_mu0, max_nnz)
-    state, accept, log_joint = gibbs_kappa_update(key_kappa, state, hyper, d, adapt)
+    state, accept, log_joint = gibbs_kappa_update(key_kappa, state, hyper, d, adapt, shared)
     return state, GibbsInfo(state.kappa, state.counts, log_joint, accept)
 
 
-@functools.partial(jax.jit, static_argnames=("max_nnz",), compiler_options=JIT_OPTIONS)
-def _gibbs_chunk(keys, adapt, slots, states, frequency, retained, data, hyper, max_nnz):
+@functools.partial(jax.jit, static_argnames=("max_nnz", "shared"), compiler_options=JIT_OPTIONS)
+def _gibbs_chunk(
+    keys, adapt, slots, states, frequency, retained, data, hyper, max_nnz, shared=False
+):
     """Run ``keys.shape[1]`` sweeps of every chain (chains one after the other, lax.map).
 
     ``adapt`` (chain, sweep) is 1 in warm-up; ``slots`` (chain, sweep) is the index in
@@ -552,7 +590,7 @@ def _gibbs_chunk(keys, adapt, slots, states, frequency, retained, data, hyper, m
         def sweep(carry, inputs):
             state, freq, kept = carry
             key, a, slot = inputs
-            state, info = gibbs_sweep(key, state, data, hyper, x_mu0, a, max_nnz)
+            state, info = gibbs_sweep(key, state, data, hyper, x_mu0, a, max_nnz, shared)
             freq = freq + (1.0 - a) * jax.nn.one_hot(state.z, n_components, dtype=freq.dtype)
             index = jnp.maximum(slot, 0)
             kept = kept.at[index].set(jnp.where(slot >= 0, state.resultant, kept[index]))

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from bayesvmf import _mixture, _parallel
+from bayesvmf import _guards, _mixture, _parallel
 from bayesvmf._base import make_key
 from bayesvmf.models.bayesian._hierarchical_vi import (
     HState,
@@ -69,8 +69,18 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         ``parents``, it must be None or equal to the number of leaves of ``parents``.
     kappa_update : {"sampling", "bounding"}, default "sampling"
         The q(kappa) scheme of sec. 3.1.1 (:mod:`._kappa`).
+    shared_kappa : bool, default True
+        One concentration for all leaves (the mixture components), updated from their pooled
+        statistics (:func:`._kappa.pooled_update`), with the same meaning as
+        :class:`~bayesvmf.models.SparseVMFMixture`'s; the internal nodes keep one kappa each
+        (they govern their children's directions, not the data). False: one kappa per leaf,
+        the paper's model. Per-leaf kappa is the better density model, a shared kappa the
+        better clustering: with one kappa per component, a broad low-kappa leaf tends to
+        absorb the rows no other leaf fits (see :class:`BayesianVMFMixture`), which a
+        shared kappa rules out; hence the default.
     alpha : float, default 1.0
-        Dirichlet parameter of pi (learnt when ``empirical_bayes``).
+        Dirichlet parameter of pi (learnt when ``empirical_bayes``, at most n / L:
+        :func:`._empirical_bayes.alpha_cap`).
     mu0 : array-like of shape (n_features,) or None, default None
         Prior direction of the root; None: the direction of the data mean (learnt).
     C0 : float, default 1.0
@@ -87,8 +97,9 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         Seeds of the initial crisp assignment to the leaves, made top down along the tree
         (:func:`top_down_labels`).
     n_init : int, default 1
-        Restarts; the first whose final bound is within ``tol * n_samples`` of the best is
-        kept (:func:`bayesvmf._mixture.best_run`).
+        Restarts; among those that did not degenerate (:mod:`bayesvmf._guards`), the first
+        whose final bound is within ``tol * n_samples`` of the best is kept
+        (:func:`bayesvmf._guards.select_run`).
     max_iter : int, default 100
     tol : float, default 1e-6
         Convergence when the bound changes by less than ``tol * n_samples``.
@@ -130,6 +141,16 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         The validated tree and its leaves.
     lower_bounds_ : ndarray
         Bound after each iteration of the kept restart.
+    n_occupied_components_ : int
+        Leaves holding at least one row's weight (sum_i lambda_il >= 1).
+    largest_share_ : float
+        The largest fraction of the rows held by one leaf.
+    degenerate_components_ : ndarray of int
+        Leaves diagnosed degenerate (:mod:`bayesvmf._guards`): empty, carried by a single
+        row, or a near-uniform background leaf (per-leaf kappa only); a
+        :class:`~bayesvmf.exceptions.DegenerateRunWarning` names them and what to try.
+    n_degenerate_restarts_ : int
+        Restarts whose final state was degenerate.
 
     References
     ----------
@@ -151,6 +172,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
     _parameter_constraints: dict[str, Any] = {
         "parents": [None, "array-like"],
         "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "shared_kappa": ["boolean"],
         **SHARED_CONSTRAINTS,
     }
 
@@ -169,6 +191,10 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         "parents_",
         "leaves_",
         "lower_bounds_",
+        "n_occupied_components_",
+        "largest_share_",
+        "degenerate_components_",
+        "n_degenerate_restarts_",
     )
 
     def __init__(
@@ -177,6 +203,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         *,
         n_components: int | None = None,
         kappa_update: str = "sampling",
+        shared_kappa: bool = True,
         alpha: float = 1.0,
         mu0=None,
         C0: float = 1.0,
@@ -197,6 +224,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         self.parents = parents
         self.n_components = n_components
         self.kappa_update = kappa_update
+        self.shared_kappa = shared_kappa
         self.alpha = alpha
         self.mu0 = mu0
         self.C0 = C0
@@ -288,7 +316,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
 
     def _n_parameters(self) -> int:
         n_nodes, d = self.node_mean_directions_.shape
-        return (self.leaves_.size - 1) + n_nodes * (d - 1) + n_nodes
+        n_kappa = n_nodes - self.leaves_.size + 1 if self.shared_kappa else n_nodes
+        return (self.leaves_.size - 1) + n_nodes * (d - 1) + n_kappa
 
     # ---- fitting ----------------------------------------------------------------------------
 
@@ -308,6 +337,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             empirical_bayes=bool(self.empirical_bayes),
             num_samples=int(self.kappa_num_samples),
             num_steps=int(self.kappa_num_steps),
+            shared_kappa=bool(self.shared_kappa),
         )
 
         def start(init_key):
@@ -318,7 +348,21 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         def step(key, state, stats):
             return _vi_step(key, data, tree, state, stats, **static)
 
-        state, bounds, converged = fit_restarts(self, rng_key, n, start, step, "H-vMFmix VI")
+        def diagnose(state, stats):
+            kappa = np.asarray(state.kappa.mean_kappa)[leaves_of(parents)]
+            counts, square = np.asarray(stats.resp_sum), np.asarray(stats.resp_square)
+            # effective rows N_l^2 / sum_i lambda_il^2 (_guards.effective_counts from the sums)
+            effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
+            return _guards.diagnose(counts, n_rows=n, kappa=kappa, effective_rows=effective)
+
+        advice = (
+            "Try fewer leaves (another tree) or another random_state."
+            if self.shared_kappa
+            else "Try shared_kappa=True (one concentration for all leaves) or fewer leaves."
+        )
+        state, bounds, converged = fit_restarts(
+            self, rng_key, n, start, step, "H-vMFmix VI", diagnose, advice
+        )
         self._store(state, parents, bounds, converged)
 
     def _store(self, state: HState, parents, bounds, converged) -> None:
@@ -414,7 +458,9 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         ``posterior`` holds ``mu`` (dims node, feature), ``kappa`` (node) and ``weights``
         (component = leaf index); ``constant_data`` holds ``parents`` (node) and
         ``leaf_node`` (component). mu_n ~ vMF(psi_n, gamma_n), log kappa_n ~ N(E[log kappa_n],
-        Var[log kappa_n]) (moment-matched for the sampling scheme), pi ~ Dir(rho).
+        Var[log kappa_n]) (moment-matched for the sampling scheme), pi ~ Dir(rho). With
+        ``shared_kappa`` the leaves' kappa is one concentration: one draw, equal across the
+        leaves.
         """
         self._check_is_fitted()
         params = (
@@ -429,6 +475,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             params,
             num_draws,
             random_state,
+            pooled=np.isin(np.arange(n_nodes), self.leaves_) if self.shared_kappa else None,
             constant_data={"parents": self.parents_, "leaf_node": self.leaves_},
             coords={
                 "node": np.arange(n_nodes),

@@ -36,8 +36,12 @@ E[mu_n] because the mean-field factors are independent: E[mu_pa . mu_n] = E[mu_p
   classes, even depths then odd depths: no two nodes of one class are adjacent, so each class
   update is a block of exact coordinate maximisations;
 * q(kappa_n): the generic conditional of :mod:`._kappa` with weight_n and dot_n = E[mu_n].s_n;
+* shared concentration (``shared_kappa``): the leaves share one kappa, q(kappa) from their
+  pooled weight and dot (:func:`._kappa.pooled_update`; the internal nodes keep theirs),
+  with one KL term and counted once by the empirical Bayes of (m, s2);
 * empirical Bayes (:mod:`._empirical_bayes`, the same steps as B-vMFmix): alpha by
-  safeguarded Newton on the Dirichlet terms; mu0 = psi_root (maximises
+  safeguarded Newton on the Dirichlet terms, at most n / L
+  (:func:`._empirical_bayes.alpha_cap`); mu0 = psi_root (maximises
   C0 mu0.E[mu_root] on the sphere); m, s2 the Gaussian MLE from the moments of log kappa_n.
   C0 is kept fixed: maximising L in C0 gives A_d(C0) = A_d(gamma_root), and since gamma_root
   grows with C0 the iteration drives C0 to infinity (the root collapses onto the point mu0),
@@ -84,7 +88,6 @@ from bayesvmf._mixture import count_trace
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian._shared import (
-    STATIC_ARGNAMES,
     initial_kappa,
     kappa_moments_at,
     map_row_blocks,
@@ -97,6 +100,9 @@ from bayesvmf.models.bayesian._shared import (
 from bayesvmf.models.bayesian._tree import Tree, leaves_of, node_depths
 
 __all__ = ["HState", "ZStats", "HInfo", "lower_bound", "e_step", "m_part", "vi_step"]
+
+#: The static arguments of :func:`vi_step`.
+STATIC_ARGNAMES = ("scheme", "empirical_bayes", "num_samples", "num_steps", "shared_kappa")
 
 
 class HState(NamedTuple):
@@ -139,11 +145,15 @@ class ZStats(NamedTuple):
         r_l = sum_i lam_il x_i.
     entropy : jax.Array, shape ()
         H[q(z)] (0 for a crisp assignment).
+    resp_square : jax.Array of shape (L,) or None
+        sum_i lam_il^2: with N_l the effective number of rows carrying each leaf (the
+        degeneracy diagnosis of :mod:`bayesvmf._guards`); not in the bound.
     """
 
     resp_sum: jax.Array
     resultant: jax.Array
     entropy: jax.Array
+    resp_square: jax.Array | None = None
 
 
 class HInfo(NamedTuple):
@@ -185,7 +195,12 @@ def _kappa_inputs(tree: Tree, emu, stats: ZStats):
     return weight, jnp.sum(emu * _node_sums(tree, emu, stats.resultant), axis=1)
 
 
-def lower_bound(tree: Tree, state: HState, stats: ZStats):
+def _pooled(tree: Tree, shared_kappa: bool):
+    """Return the leaves (one shared kappa) with ``shared_kappa``, else None."""
+    return tree.is_leaf if shared_kappa else None
+
+
+def lower_bound(tree: Tree, state: HState, stats: ZStats, shared_kappa: bool = False):
     """Return the bound L of the module docstring at (``state``, q(z) with ``stats``)."""
     d = state.psi.shape[1]
     p, k = state.priors, state.kappa
@@ -198,7 +213,7 @@ def lower_bound(tree: Tree, state: HState, stats: ZStats):
         + p.C0 * jnp.dot(p.mu0, state.emu[tree.root])
         + jnp.sum(weight * k.mean_log_c + k.mean_kappa * dot)
         + _eb.dirichlet_terms(state.rho, stats.resp_sum, p.alpha)
-        - jnp.sum(_kappa.kl_normal(k.mean_log_kappa, k.var_log_kappa, p.m, p.s2))
+        - _kappa.kl_total(k.mean_log_kappa, k.var_log_kappa, p.m, p.s2, _pooled(tree, shared_kappa))
         + jnp.sum(entropy_mu)
         + stats.entropy
     )
@@ -220,7 +235,8 @@ def e_step(data, tree: Tree, state: HState) -> ZStats:
     weighted = lam * data.row_weight[:, None] if isinstance(data, _parallel.RowBlocks) else lam
     resultant, resp_sum = _mixture.resultants(_parallel.block_data(data), weighted)
     entropy = -jnp.sum(jnp.where(lam > 0, weighted * log_lam, 0.0))
-    return ZStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy))
+    square = jnp.sum(weighted * lam, axis=0)
+    return ZStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy, square))
 
 
 def m_part(
@@ -233,6 +249,7 @@ def m_part(
     empirical_bayes,
     num_samples,
     num_steps,
+    shared_kappa=False,
 ):
     """Update q(pi), q(mu) (two colour classes), q(kappa) and the priors, in that order."""
     p = state.priors
@@ -250,6 +267,8 @@ def m_part(
         empirical_bayes=empirical_bayes,
         num_samples=num_samples,
         num_steps=num_steps,
+        pooled=_pooled(tree, shared_kappa),
+        cap_alpha=True,
     )
 
 
@@ -264,6 +283,7 @@ def vi_step(
     empirical_bayes,
     num_samples,
     num_steps,
+    shared_kappa=False,
 ):
     """One VI iteration: q(pi), q(mu), q(kappa), priors given q(z), the bound, then q(z).
 
@@ -283,6 +303,7 @@ def vi_step(
         empirical_bayes=empirical_bayes,
         num_samples=num_samples,
         num_steps=num_steps,
+        shared_kappa=shared_kappa,
     )
     return _parallel.map_blocks(body, (rng_key, tree, state, stats), data)
 
@@ -291,7 +312,7 @@ def _vi_step_body(args, data, **static):
     """:func:`vi_step` on plain data or on one device's block of rows."""
     rng_key, tree, state, stats = args
     state = m_part(rng_key, tree, state, stats, **static)
-    info = HInfo(lower_bound(tree, state, stats), stats.resp_sum)
+    info = HInfo(lower_bound(tree, state, stats, static["shared_kappa"]), stats.resp_sum)
     return state, e_step(data, tree, state), info
 
 
@@ -330,10 +351,11 @@ def _crisp(data, labels, n_components) -> ZStats:
     """q(z) statistics of a crisp assignment (entropy 0); ``labels`` a host array (n,)."""
     if isinstance(data, _parallel.RowBlocks):
         resp_sum, resultant = _crisp_blocks(data, row_array(labels, data), int(n_components))
-        return ZStats(resp_sum, resultant, jnp.float64(0.0))
+        return ZStats(resp_sum, resultant, jnp.float64(0.0), resp_sum)
     resp = jax.nn.one_hot(jnp.asarray(labels), n_components, dtype=jnp.float64)
     resultant, resp_sum = _mixture.resultants(data, resp)
-    return ZStats(resp_sum, resultant, jnp.float64(0.0))
+    # crisp: sum_i lam_il^2 = N_l
+    return ZStats(resp_sum, resultant, jnp.float64(0.0), resp_sum)
 
 
 def initial_state(tree, parents, d, stats: ZStats, mu0, est) -> HState:
@@ -346,7 +368,10 @@ def initial_state(tree, parents, d, stats: ZStats, mu0, est) -> HState:
     norms = np.linalg.norm(resultant, axis=1)
     psi[leaves] = np.where(norms[:, None] > 0, resultant / np.maximum(norms, 1e-300)[:, None], mu0)
     kappa = np.zeros(N)
-    kappa[leaves] = initial_kappa(d, norms / np.maximum(resp_sum, 1e-300))
+    if est.shared_kappa:  # the classical shared estimate, A_d(kappa) = sum_l |r_l| / n
+        kappa[leaves] = initial_kappa(d, norms.sum() / max(resp_sum.sum(), 1e-300))
+    else:
+        kappa[leaves] = initial_kappa(d, norms / np.maximum(resp_sum, 1e-300))
     depth = node_depths(parents)
     for level in range(int(depth.max()) - 1, -1, -1):
         for node in np.flatnonzero(depth == level):
@@ -359,7 +384,11 @@ def initial_state(tree, parents, d, stats: ZStats, mu0, est) -> HState:
             kappa[node] = initial_kappa(d, norm / children.size)
     weight = np.bincount(parents[parents >= 0], minlength=N).astype(np.float64)
     weight[leaves] = resp_sum
-    m = float(np.mean(np.log(kappa))) if est.m is None else float(est.m)
+    # the shared leaf concentration counts once (as in the empirical Bayes of m)
+    distinct = (
+        np.flatnonzero(~np.isin(np.arange(N), leaves[1:])) if est.shared_kappa else slice(None)
+    )
+    m = float(np.mean(np.log(kappa[distinct]))) if est.m is None else float(est.m)
     priors = _kappa.Priors(
         alpha=jnp.float64(est.alpha),
         mu0=jnp.asarray(mu0, jnp.float64),

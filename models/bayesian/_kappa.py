@@ -95,6 +95,20 @@ Final signatures (stable; the other Bayesian modules import them)::
            num_steps) -> (KappaMoments, accept_rate (J,))   (either scheme; ones for bounding)
     initial_kappa_state(kappa, scheme, var_log_kappa=0.01) -> state
     moments_from_state(state, scheme, *, d) -> KappaMoments   (bounding only: closed form)
+    pooled_update(scheme, rng_key, state, weight, dot, m, s2, pooled, *, d, num_samples,
+                  num_warmup, num_steps) -> (KappaMoments (J,), accept_rate (J,))
+    kl_total(mean_log_kappa, var_log_kappa, m, s2, pooled=None) -> scalar
+
+**Shared concentration** (``shared_kappa=True`` of the models; :func:`pooled_update`). The
+entries j with ``pooled[j]`` share one concentration kappa: its conditional is the product of
+their likelihood factors and one prior, i.e. the target above with the pooled statistics
+:math:`w = \sum_{j \in P} w_j`, :math:`\delta = \sum_{j \in P} \delta_j` (the same pooling
+as SparseVMFMixture's eq. (27) of Banerjee et al.). One extra chain (sampling) or one extra
+ascent (bounding) runs on the pooled target and its moments are copied into every pooled
+entry, so the moments keep shape (J,) and the models' likelihood terms are unchanged; the
+prior appears once, so the bound counts KL(q(kappa) || prior) once for the pooled entries
+(:func:`kl_total`). The bounding ascent is monotone in the pooled objective, which is the
+part of the bound that depends on the shared q(kappa): the bound stays monotone.
 
 ``state`` is (J,) for sampling (where the next call's mode search starts: the mean log
 kappa of the draws) and (J, 2) for bounding ((a, log b)). ``weight``, ``dot`` are (J,);
@@ -138,6 +152,8 @@ __all__ = [
     "update",
     "initial_kappa_state",
     "moments_from_state",
+    "pooled_update",
+    "kl_total",
 ]
 
 #: The two schemes of sec. 3.1.1 of [1]_.
@@ -651,3 +667,99 @@ def initial_kappa_state(kappa, scheme: str, var_log_kappa: float = 0.01):
         return log_kappa
     log_b = jnp.full_like(log_kappa, jnp.log(var_log_kappa))
     return jnp.stack([log_kappa, log_b], axis=-1)
+
+
+def pooled_update(
+    scheme: str,
+    rng_key,
+    state,
+    weight,
+    dot,
+    m,
+    s2,
+    pooled,
+    *,
+    d: int,
+    num_samples: int,
+    num_warmup: int,
+    num_steps: int,
+):
+    """:func:`update` where the entries in ``pooled`` share one concentration (module doc).
+
+    The shared q(kappa) is the scheme's update of the target with the pooled weight
+    sum_{j in P} w_j and dot sum_{j in P} delta_j and one log-normal prior, started from the
+    state of the first pooled entry; its moments, state and acceptance are copied into every
+    pooled entry. The other entries are updated on their own, as by :func:`update` (one
+    chain or ascent per entry, run side by side with the pooled one).
+
+    Parameters
+    ----------
+    scheme, rng_key, state, weight, dot, m, s2
+        As :func:`update`; ``state`` (J,) or (J, 2), ``m``, ``s2`` scalars (the pooled
+        concentration has one prior).
+    pooled : jax.Array of bool, shape (J,)
+        The entries that share the concentration (traced); at least one.
+    d, num_samples, num_warmup, num_steps : int
+        As :func:`update` (static).
+
+    Returns
+    -------
+    moments : KappaMoments
+        Fields of shape (J,) (state (J,) or (J, 2)), equal across the pooled entries.
+    accept_rate : jax.Array of shape (J,)
+    """
+    state = jnp.asarray(state, jnp.float64)
+    pooled = jnp.asarray(pooled, bool)
+    weight, dot = _broadcast(state, weight, dot)
+    first = jnp.argmax(pooled)
+    # entry J (appended) is the shared concentration with the pooled statistics
+    stacked_state = jnp.concatenate([state, state[first][None]])
+    stacked_weight = jnp.append(weight, jnp.sum(jnp.where(pooled, weight, 0.0)))
+    stacked_dot = jnp.append(dot, jnp.sum(jnp.where(pooled, dot, 0.0)))
+    moments, accept = update(
+        scheme,
+        rng_key,
+        stacked_state,
+        stacked_weight,
+        stacked_dot,
+        m,
+        s2,
+        d=d,
+        num_samples=num_samples,
+        num_warmup=num_warmup,
+        num_steps=num_steps,
+    )
+
+    def spread(values):
+        shape = (pooled.shape[0],) + (1,) * (values.ndim - 1)
+        return jnp.where(pooled.reshape(shape), values[-1], values[:-1])
+
+    return jax.tree_util.tree_map(spread, moments), spread(accept)
+
+
+def kl_total(mean_log_kappa, var_log_kappa, m, s2, pooled=None):
+    """Return the sum of KL(q(kappa) || prior) over the distinct concentrations.
+
+    Every entry counts once (per-component concentrations) except the ``pooled`` entries,
+    which hold one shared concentration (equal moments, :func:`pooled_update`) and count
+    once together: the bound has one prior term for it.
+
+    Parameters
+    ----------
+    mean_log_kappa, var_log_kappa : jax.Array of shape (J,)
+    m, s2 : float or jax.Array
+    pooled : jax.Array of bool, shape (J,), optional
+        None: no entry is pooled.
+
+    Returns
+    -------
+    jax.Array
+        Scalar.
+    """
+    kl = kl_normal(mean_log_kappa, var_log_kappa, m, s2)
+    if pooled is None:
+        return jnp.sum(kl)
+    pooled = jnp.asarray(pooled, bool)
+    n_pooled = jnp.sum(pooled)
+    shared = jnp.sum(jnp.where(pooled, kl, 0.0)) / jnp.maximum(n_pooled, 1)
+    return jnp.sum(jnp.where(pooled, 0.0, kl)) + shared

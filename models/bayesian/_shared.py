@@ -26,7 +26,7 @@ from jax.scipy.special import logsumexp
 from jax.sharding import PartitionSpec as P
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _mixture, _parallel, special
+from bayesvmf import _guards, _mixture, _parallel, special
 from bayesvmf._base import RANDOM_STATE, check_count, make_key
 from bayesvmf._mixture import count_trace
 from bayesvmf.exceptions import ConvergenceWarning
@@ -297,7 +297,18 @@ def kappa_moments_at(d, kappa, scheme) -> Any:
 
 
 def update_kappa_priors(
-    rng_key, state, weight, dot, top_means, *, scheme, empirical_bayes, num_samples, num_steps
+    rng_key,
+    state,
+    weight,
+    dot,
+    top_means,
+    *,
+    scheme,
+    empirical_bayes,
+    num_samples,
+    num_steps,
+    pooled=None,
+    cap_alpha=False,
 ):
     """Update q(kappa) and, with ``empirical_bayes``, the priors; return the new state.
 
@@ -306,10 +317,16 @@ def update_kappa_priors(
     (from q(pi)), mu0 (the direction of ``top_means``, the E[mu] the prior vMF(mu0, C0)
     generates: the root's, or every cluster's at the first time step) and (m, s2) from the
     moments of log kappa. C0 stays the user's (docs/bayesian_hierarchical_temporal.md).
-    ``state`` is an HState or a TState (fields ``kappa``, ``priors``, ``rho``).
+    ``state`` is an HState or a TState (fields ``kappa``, ``priors``, ``rho``). ``pooled``
+    (bool (J,), optional): the concentrations that are one shared kappa
+    (``shared_kappa=True``; :func:`._kappa.pooled_update`, and (m, s2) count them once).
+    ``cap_alpha``: alpha at most n / K (:func:`._empirical_bayes.alpha_cap`).
     """
     p = state.priors
-    kappa, _ = _kappa.update(
+    update = (
+        _kappa.update if pooled is None else functools.partial(_kappa.pooled_update, pooled=pooled)
+    )
+    kappa, _ = update(
         scheme,
         rng_key,
         state.kappa.state,
@@ -323,14 +340,15 @@ def update_kappa_priors(
         num_steps=num_steps,
     )
     if empirical_bayes:  # a static switch: fits with and without it are two programs
-        alpha = _eb.update_alpha(p.alpha, state.rho)
+        cap = _eb.alpha_cap(state.rho, p.alpha) if cap_alpha else None
+        alpha = _eb.update_alpha(p.alpha, state.rho, cap)
         mu0, _ = _eb.update_mu0(top_means, p.mu0)
-        m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa)
+        m, s2 = _eb.update_m_s2(kappa.mean_log_kappa, kappa.var_log_kappa, pooled, p.s2)
         p = p._replace(alpha=alpha, mu0=mu0, m=m, s2=s2)
     return state._replace(kappa=kappa, priors=p)
 
 
-def fit_restarts(estimator, rng_key, n: int, start, step, desc: str):
+def fit_restarts(estimator, rng_key, n: int, start, step, desc: str, diagnose=None, advice=""):
     """Run ``estimator.n_init`` restarts of a VI loop; return the kept (state, bounds, converged).
 
     Each restart splits its key into an initialisation key, given to ``start(key)`` which
@@ -342,6 +360,12 @@ def fit_restarts(estimator, rng_key, n: int, start, step, desc: str):
     (:func:`bayesvmf._mixture.best_run`): restarts that reach one optimum tie to rounding,
     which must not decide between them (one device or several). Warns
     (:class:`~bayesvmf.exceptions.ConvergenceWarning`) when the kept restart did not converge.
+
+    With ``diagnose`` (``diagnose(state, stats) -> _guards.Diagnosis`` of a final state) the
+    degeneracy guards run: the kept restart is the best among the non-degenerate ones
+    (:func:`bayesvmf._guards.select_run`), the estimator gets the guards' fitted attributes
+    and a :class:`~bayesvmf.exceptions.DegenerateRunWarning` with ``advice`` when the kept
+    state is degenerate.
     """
     runs = []
     n_init, max_iter, tol = estimator.n_init, estimator.max_iter, estimator.tol
@@ -360,11 +384,26 @@ def fit_restarts(estimator, rng_key, n: int, start, step, desc: str):
                 break
         if bar is not None:
             bar.close()
-        runs.append((state, bounds, converged))
-    state, bounds, converged = runs[_mixture.best_run([run[1][-1] for run in runs], tol * n)]
+        runs.append(
+            (state, bounds, converged, None if diagnose is None else diagnose(state, stats))
+        )
+    finals = [run[1][-1] for run in runs]
+    if diagnose is None:
+        best = _mixture.best_run(finals, tol * n)
+    else:
+        best = _guards.select_run(finals, [run[3] for run in runs], tol * n)
+    state, bounds, converged, diag = runs[best]
     if not converged:
         # one frame deeper than a call from _fit: the warning points at the caller of fit
         warn_not_converged(type(estimator).__name__, n_init, max_iter, bounds, n, tol, stacklevel=6)
+    if diag is not None:
+        n_bad = sum(run[3].degenerate for run in runs)
+        _guards.report(estimator, diag, n_bad)
+        name = type(estimator).__name__
+        # as the convergence warning: it points at the caller of fit
+        _guards.warn_components(
+            diag, name, advice, n_runs=n_init, n_degenerate_runs=n_bad, stacklevel=6
+        )
     return state, bounds, converged
 
 
@@ -398,15 +437,20 @@ def warn_not_converged(name, n_init, max_iter, bounds, n, tol, stacklevel=5):
     )
 
 
-def q_to_arviz(params, num_draws, random_state, coords, dims, constant_data=None):
+def q_to_arviz(params, num_draws, random_state, coords, dims, constant_data=None, pooled=None):
     """Return :func:`draw_from_q` of ``params`` as ``arviz.InferenceData`` (one chain).
 
     ``params`` = (psi, gamma, mean_log_kappa, var_log_kappa, rho); ``coords``, ``dims`` and
-    ``constant_data`` as :func:`arviz.from_dict` takes them.
+    ``constant_data`` as :func:`arviz.from_dict` takes them. ``pooled`` (bool, the kappa
+    entries that are one shared concentration): those entries get one draw each time.
     """
     import arviz as az
 
     draws = draw_from_q(*params, num_draws, random_state)
+    if pooled is not None and np.any(pooled):
+        kappa = draws["kappa"]
+        first = int(np.argmax(pooled))
+        draws["kappa"] = np.where(pooled, kappa[..., first : first + 1], kappa)
     return az.from_dict(
         posterior={name: v[None] for name, v in draws.items()},
         coords=coords,

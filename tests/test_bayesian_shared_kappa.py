@@ -1,0 +1,211 @@
+"""shared_kappa of B- and H-vMFmix (issue 18), the degeneracy guards, the alpha cap.
+
+One small problem (n = 90, d = 8, three clusters of 30 rows with kappa 15, 30, 60) shared by
+every fit, so the programs compile once per path; a degenerate variant adds one far row
+that a component of its own carries.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import bayesvmf
+from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning
+from bayesvmf.models.bayesian import _empirical_bayes as _eb
+from bayesvmf.models.bayesian._bvmf import BayesianVMFMixture
+from bayesvmf.models.bayesian._hierarchical import HierarchicalVMFMixture
+from bayesvmf.models.bayesian._tree import balanced_tree
+
+K = 3
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return bayesvmf.make_vmf_mixture(
+        90,
+        8,
+        K,
+        kappa=np.array([15.0, 30.0, 60.0]),
+        weights=np.full(K, 1.0 / K),
+        kappa_noise=0.0,
+        separability_adjustment=False,
+        random_state=1,
+    )
+
+
+def _labels(sample):
+    return np.asarray(sample.labels)
+
+
+@pytest.mark.parametrize("scheme", ["bounding", "sampling"])
+def test_vi_shared_kappa(scheme, sample):
+    """One concentration in every component; the bounding bound rises at every iteration."""
+    model = BayesianVMFMixture(
+        K,
+        kappa_update=scheme,
+        init=_labels(sample),
+        max_iter=40,
+        tol=1e-9,
+        random_state=0,
+    )
+    with pytest.warns(ConvergenceWarning):  # tol=1e-9 in 40 iterations: not reached
+        model.fit(sample.X)
+    assert model.shared_kappa  # the default
+    kappa = model.concentrations_
+    assert np.all(kappa == kappa[0]) and np.all(model.kappa_var_log_ == model.kappa_var_log_[0])
+    # between the true 15 and 60 (the pooled estimate of three clusters)
+    assert 15.0 < kappa[0] < 60.0
+    if scheme == "bounding":
+        steps = np.diff(model.lower_bounds_)
+        assert np.all(steps >= -1e-12 * np.abs(model.lower_bounds_[1:])), steps.min()
+    # empirical Bayes of one concentration: m follows it, s2 stays the user's
+    assert model.s2_ == 1.0
+    np.testing.assert_allclose(model.m_, model.kappa_mean_log_[0], rtol=1e-6)
+    assert model._n_parameters() == (K - 1) + K * 7 + 1
+    posterior = model.to_arviz(num_draws=7).posterior
+    assert posterior["kappa"].dims == ("chain", "draw")
+    assert posterior["mu"].shape == (1, 7, K, 8)
+    assert model.n_occupied_components_ == K and model.degenerate_components_.size == 0
+    # the shared estimate differs from the per-component one (the option does something)
+    per = BayesianVMFMixture(
+        K, kappa_update=scheme, shared_kappa=False, init=_labels(sample), max_iter=2
+    ).fit(sample.X)
+    assert np.ptp(per.concentrations_) > 1.0
+
+
+def test_gibbs_shared_kappa(sample):
+    model = BayesianVMFMixture(
+        K,
+        inference="gibbs",
+        init=_labels(sample),
+        num_chains=2,
+        num_warmup=30,
+        num_samples=30,
+        random_state=0,
+    ).fit(sample.X)
+    draws = model.gibbs_kappa_
+    assert draws.shape == (2, 30, K)
+    np.testing.assert_array_equal(draws, np.broadcast_to(draws[..., :1], draws.shape))
+    assert 15.0 < model.concentrations_[0] < 60.0
+    assert model.to_arviz().posterior["kappa"].dims == ("chain", "draw")
+    assert model.n_occupied_components_ == K and model.n_degenerate_restarts_ == 0
+
+
+def test_partial_fit_shared_kappa_and_stream_check(sample):
+    model = BayesianVMFMixture(K, kappa_update="bounding", max_iter=20, random_state=0)
+    with pytest.warns(ConvergenceWarning):
+        model.partial_fit(sample.X[:45], n_samples=90)
+    model.partial_fit(sample.X[45:], n_samples=90)
+    assert np.all(model.concentrations_ == model.concentrations_[0])
+    assert model.n_occupied_components_ == K and model.largest_share_ < 0.5
+    model.set_params(shared_kappa=False)
+    with pytest.raises(
+        ValueError,
+        match=r"partial_fit: n_components=3, kappa_update='bounding', shared_kappa=False differ "
+        r"from the stream this model carries \(n_components=3, kappa_update='bounding', "
+        r"shared_kappa=True\)",
+    ):
+        model.partial_fit(sample.X[:10])
+
+
+def test_hierarchical_shared_kappa(sample):
+    """The leaves share one kappa, the root keeps its own; the bound is monotone."""
+    model = HierarchicalVMFMixture(
+        balanced_tree((K,)), kappa_update="bounding", max_iter=30, tol=1e-7, random_state=0
+    )
+    with pytest.warns(ConvergenceWarning):
+        model.fit(sample.X)
+    leaves = model.node_concentrations_[model.leaves_]
+    assert np.all(leaves == leaves[0])
+    assert model.node_concentrations_[0] != leaves[0]
+    steps = np.diff(model.lower_bounds_)
+    assert np.all(steps >= -1e-12 * np.abs(model.lower_bounds_[1:])), steps.min()
+    assert model.s2_ > 1e-6 and model._n_parameters() == (K - 1) + (K + 1) * 7 + 2
+    kappa = model.to_arviz(num_draws=5).posterior["kappa"].values[0]  # (draw, node)
+    np.testing.assert_array_equal(kappa[:, 2:], np.broadcast_to(kappa[:, 1:2], (5, K - 1)))
+    assert np.all(kappa[:, 0] != kappa[:, 1])
+
+
+# ---- degeneracy guards ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def outlier(sample):
+    """The first two clusters and one row opposite to everything: a component of its own."""
+    keep = _labels(sample) < 2
+    X = np.asarray(sample.X)[keep]
+    far = -X.sum(axis=0)
+    X = np.vstack([X, far / np.linalg.norm(far)])
+    labels = np.append(_labels(sample)[keep], 2)
+    return X, labels
+
+
+def test_vi_guard_single_row_component(outlier):
+    X, labels = outlier
+    model = BayesianVMFMixture(K, kappa_update="bounding", init=labels, max_iter=5)
+    with pytest.warns(DegenerateRunWarning) as record:
+        model.fit(X)
+    (message,) = [str(w.message) for w in record if w.category is DegenerateRunWarning]
+    assert message.startswith("BayesianVMFMixture: components [2] are carried by a single")
+    assert "Try fewer components (n_components)" in message
+    assert model.degenerate_components_.tolist() == [2]
+    assert model.n_occupied_components_ == K and model.n_degenerate_restarts_ == 1
+    np.testing.assert_allclose(model.largest_share_, 31 / 61, rtol=1e-3)
+    # the per-component model's advice names the shared concentration
+    model.set_params(shared_kappa=False)
+    with pytest.warns(DegenerateRunWarning, match=r"Try shared_kappa=True"):
+        model.fit(X)
+
+
+def test_gibbs_guard_single_row_component(outlier):
+    X, labels = outlier
+    model = BayesianVMFMixture(
+        K, inference="gibbs", init=labels, num_chains=2, num_warmup=5, num_samples=5
+    )
+    with pytest.warns(DegenerateRunWarning, match=r"components \[2\] are carried by a single"):
+        model.fit(X)
+    assert model.degenerate_components_.tolist() == [2]
+    assert model.n_degenerate_restarts_ == 2
+
+
+def test_partial_fit_guard_empty_component(outlier):
+    """A stream whose chunk leaves a component with less than one row warns at that call."""
+    X, _ = outlier
+    model = BayesianVMFMixture(5, kappa_update="bounding", max_iter=3, random_state=0)
+    with pytest.warns(DegenerateRunWarning, match=r"are empty"):
+        model.partial_fit(X[:60], n_samples=61)
+    assert model.n_occupied_components_ < 5 and model.degenerate_components_.size > 0
+
+
+def test_hierarchical_guard_single_row_leaf(outlier):
+    X, _ = outlier
+    model = HierarchicalVMFMixture(
+        balanced_tree((K,)), kappa_update="bounding", max_iter=5, random_state=0
+    )
+    with pytest.warns(DegenerateRunWarning) as record:
+        model.fit(X)
+    (message,) = [str(w.message) for w in record if w.category is DegenerateRunWarning]
+    assert message.startswith("HierarchicalVMFMixture: components [")
+    assert "carried by a single distinct vector" in message
+    assert model.degenerate_components_.size == 1 and model.n_degenerate_restarts_ == 1
+
+
+# ---- the alpha cap --------------------------------------------------------------------------
+
+
+def test_alpha_cap_stops_the_growth_on_balanced_clusters():
+    """Balanced counts: the unconstrained maximiser is beyond n / K; the cap holds it there."""
+    counts = jnp.array([80.0, 80.0, 80.0])
+    with jax.enable_x64(True):
+        alpha = jnp.float64(1.0)
+        for _ in range(30):  # coordinate ascent as in a fit: rho, then alpha
+            rho = alpha + counts
+            free = _eb.update_alpha(alpha, rho)
+            capped = _eb.update_alpha(alpha, rho, _eb.alpha_cap(rho, alpha))
+            f = _eb.dirichlet_prior_terms
+            e_log_pi = _eb.expected_log_pi(rho)
+            assert f(capped, e_log_pi) >= f(alpha, e_log_pi)  # the bound never decreases
+            alpha = capped
+        assert float(free) > 80.0  # without the cap it would keep growing
+        np.testing.assert_allclose(float(alpha), 80.0, rtol=1e-9)
