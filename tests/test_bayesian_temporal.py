@@ -59,7 +59,14 @@ def fitted(data):
     train = times < N_TIMES - 1
     before = _mixture.TRACE_COUNTS.get("temporal.vi_step", 0)
     model = TemporalVMFMixture(
-        K, C0=50.0, kappa_update="bounding", n_init=2, max_iter=200, tol=1e-5, random_state=0
+        K,
+        C0=50.0,
+        kappa_update="bounding",
+        shared_kappa=False,
+        n_init=2,
+        max_iter=200,
+        tol=1e-5,
+        random_state=0,
     ).fit(X[train], times[train])
     model.traces = _mixture.TRACE_COUNTS["temporal.vi_step"] - before
     return model
@@ -309,7 +316,13 @@ def test_sampling_scheme(data):
     X, times, _, means = data
     train = times < N_TIMES - 1
     model = TemporalVMFMixture(
-        K, C0=50.0, kappa_update="sampling", max_iter=40, tol=1e-3, random_state=0
+        K,
+        C0=50.0,
+        kappa_update="sampling",
+        shared_kappa=False,
+        max_iter=40,
+        tol=1e-3,
+        random_state=0,
     ).fit(X[train], times[train])
     match, psi = _aligned(model, means)
     assert np.einsum("tkd,tkd->tk", psi, means[: psi.shape[0]][:, match]).min() > 0.97
@@ -427,12 +440,18 @@ def test_background_component_warns():
 
     X, times = _background_data()
     model = TemporalVMFMixture(
-        K, C0=50.0, kappa_update="bounding", max_iter=200, tol=1e-5, random_state=0
+        K,
+        C0=50.0,
+        kappa_update="bounding",
+        shared_kappa=False,
+        max_iter=200,
+        tol=1e-5,
+        random_state=0,
     )
     with pytest.warns(DegenerateRunWarning, match="near-uniform background") as record:
         model.fit(X, times)
     assert "TemporalVMFMixture: component" in str(record[0].message)
-    assert "Try fewer components" in str(record[0].message)
+    assert "Try shared_kappa=True" in str(record[0].message)
     assert model.degenerate_components_.size == 1
     k = int(model.degenerate_components_[0])
     assert model.largest_share_ == pytest.approx(model.weights_[k], abs=0.05)
@@ -445,3 +464,26 @@ def test_healthy_fit_reports_no_degeneracy(fitted):
     assert fitted.n_occupied_components_ == K
     assert fitted.n_degenerate_restarts_ == 0
     assert 1 / K < fitted.largest_share_ < 0.5
+
+
+def test_shared_kappa_and_empty_components():
+    """The same data with the default shared kappa: one concentration cannot fit both the
+    tight clusters and the uniform rows, and one cluster takes every row at kappa ~1.4
+    (measured): the other two are empty, and the guard says so."""
+    from bayesvmf.exceptions import DegenerateRunWarning
+
+    X, times = _background_data()
+    model = TemporalVMFMixture(K, C0=50.0, kappa_update="bounding", max_iter=200, tol=1e-5)
+    with pytest.warns(DegenerateRunWarning, match=r"components \[.*\] are empty") as record:
+        model.set_params(random_state=0).fit(X, times)
+    assert "Try fewer components" in str(record[0].message)
+    assert model.shared_kappa
+    assert np.ptp(model.concentrations_) == 0.0
+    assert model.n_occupied_components_ == 1
+    assert model.degenerate_components_.size == K - 1
+    assert model.largest_share_ == pytest.approx(1.0)
+    # one KL term for the one concentration: the bound is monotone per iteration
+    bounds = model.lower_bounds_
+    assert np.all(np.diff(bounds) >= -1e-9 * np.abs(bounds[1:]))
+    post = model.to_arviz(num_draws=5, random_state=0).posterior["kappa"].values
+    assert post.shape == (1, 5, K) and np.ptp(post, axis=-1).max() == 0.0

@@ -30,7 +30,6 @@ from bayesvmf.models.bayesian._temporal_vi import (
     _log_predictive_blocks,
     _log_predictive_jit,
     _vi_step,
-    effective_rows,
 )
 
 __all__ = ["check_times", "TemporalVMFMixture"]
@@ -123,7 +122,18 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         C0 = 100 in d = 28,000, so a value that looks large can make them unrelated and the
         forecast of the next time step the uniform density.
     kappa_update : {"sampling", "bounding"}, default "sampling"
+    shared_kappa : bool, default True
+        One concentration kappa for all clusters (and all times), updated from their pooled
+        statistics (sum_k N_k, sum_k sum_t E[mu_tk].r_tk: :func:`._kappa.pooled_update`),
+        with the same meaning as :class:`~bayesvmf.models.SparseVMFMixture`'s and the same
+        default as :class:`BayesianVMFMixture`'s. False: one kappa_k per cluster, the
+        paper's model. Per-cluster kappa is the better density model, a shared kappa the
+        better clustering: with one kappa per cluster a broad, low-kappa "background"
+        cluster tends to absorb the rows no other cluster fits (issue 18), which a shared
+        kappa rules out; hence the default. Empirical Bayes then updates m and keeps s2.
     alpha : float, default 1.0
+        Dirichlet parameter of pi (learnt with ``empirical_bayes``, at most n / K:
+        :func:`._empirical_bayes.alpha_cap`).
     mu0 : array-like of shape (n_features,) or None
         mu_{-1}; None: the direction of the data mean (learnt with ``empirical_bayes``).
     m : float or None, default None
@@ -199,6 +209,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         "n_components": [Interval(Integral, 1, None, closed="left")],
         **_s.SHARED_CONSTRAINTS,
         "C0": [_s.POSITIVE, None],
+        "shared_kappa": ["boolean"],
     }
 
     #: The C0 update when ``C0`` is None (:data:`._temporal_vi.C0_UPDATES`); "mean-field"
@@ -235,6 +246,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         *,
         C0: float | None = None,
         kappa_update: str = "sampling",
+        shared_kappa: bool = True,
         alpha: float = 1.0,
         mu0=None,
         m: float | None = None,
@@ -254,6 +266,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         self.n_components = n_components
         self.C0 = C0
         self.kappa_update = kappa_update
+        self.shared_kappa = shared_kappa
         self.alpha = alpha
         self.mu0 = mu0
         self.m = m
@@ -276,7 +289,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
     def _n_parameters(self) -> int:
         n_times, k, d = self.time_mean_directions_.shape
-        return (k - 1) + n_times * k * (d - 1) + k
+        return (k - 1) + n_times * k * (d - 1) + (1 if self.shared_kappa else k)
 
     # ---- fitting ----------------------------------------------------------------------------
 
@@ -349,51 +362,35 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             num_samples=int(self.kappa_num_samples),
             num_steps=int(self.kappa_num_steps),
             c0_update="fixed" if self.C0 is not None else self._c0_update,
+            shared_kappa=bool(self.shared_kappa),
         )
-        runs = []  # (last state, its q(z) statistics, bounds) of every restart, for the guards
 
         def start(init_key):
             stats = _initial_statistics(
                 init_key, data, t_dev, n_times=n_times, n_components=K, init=self.init
             )
-            runs.append([None, None, []])
             return self._initial_state(stats, mu0, d), stats
 
         def step(key, state, stats):
-            out = _vi_step(key, data, t_dev, state, stats, **static)
-            runs[-1][:2] = out[:2]
-            runs[-1][2].append(float(out[2].lower_bound))
-            return out
+            return _vi_step(key, data, t_dev, state, stats, **static)
 
-        state, bounds, converged = _s.fit_restarts(self, rng_key, n, start, step, "T-vMFmix VI")
-        diagnoses = [self._diagnose(data, t_dev, *run[:2], n) for run in runs]
-        finals = [run[2][-1] for run in runs]
-        kept = _guards.select_run(finals, diagnoses, self.tol * n)
-        if kept != _mixture.best_run(finals, self.tol * n):
-            # fit_restarts kept a degenerate restart: a healthy one replaces it
-            state, _, bounds = runs[kept]
-            converged = len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= self.tol * n
+        def diagnose(state, stats):
+            counts = np.asarray(stats.resp_sum.sum(axis=0))
+            square = np.asarray(stats.resp_square)
+            # effective rows N_k^2 / sum_i lam_ik^2 (_guards.effective_counts from the sums)
+            effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
+            kappa = np.asarray(state.kappa.mean_kappa)
+            return _guards.diagnose(counts, n_rows=n, kappa=kappa, effective_rows=effective)
+
+        advice = (
+            "Try fewer components (n_components) or another random_state."
+            if self.shared_kappa
+            else "Try shared_kappa=True (one concentration for all clusters) or fewer components."
+        )
+        state, bounds, converged = _s.fit_restarts(
+            self, rng_key, n, start, step, "T-vMFmix VI", diagnose, advice
+        )
         self._store(state, bounds, converged)
-        n_bad = sum(diag.degenerate for diag in diagnoses)
-        _guards.report(self, diagnoses[kept], n_bad)
-        _guards.warn_components(
-            diagnoses[kept],
-            type(self).__name__,
-            "Try fewer components (n_components) or more rows per time step.",
-            n_runs=len(runs),
-            n_degenerate_runs=n_bad,
-            stacklevel=6,
-        )
-
-    @staticmethod
-    def _diagnose(data, t_dev, state: TState, stats: TStats, n: int) -> _guards.Diagnosis:
-        """Diagnose one restart's last state (:mod:`bayesvmf._guards`; no concentration cap)."""
-        return _guards.diagnose(
-            np.asarray(stats.resp_sum.sum(axis=0)),
-            n_rows=n,
-            kappa=np.asarray(state.kappa.mean_kappa),
-            effective_rows=np.asarray(effective_rows(data, t_dev, state)),
-        )
 
     def _initial_state(self, stats: TStats, mu0, d) -> TState:
         """Every time step starts at its cluster's pooled direction and concentration."""
@@ -401,7 +398,12 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         counts = np.asarray(stats.resp_sum.sum(axis=0))
         norms = np.linalg.norm(pooled, axis=1)
         psi_k = np.where(norms[:, None] > 0, pooled / np.maximum(norms, 1e-300)[:, None], mu0)
-        kappa = _s.initial_kappa(d, norms / np.maximum(counts, 1e-300))
+        if self.shared_kappa:  # the classical shared estimate, A_d(kappa) = sum_k |r_k| / n
+            kappa = np.full(
+                counts.size, _s.initial_kappa(d, norms.sum() / max(counts.sum(), 1e-300))
+            )
+        else:
+            kappa = _s.initial_kappa(d, norms / np.maximum(counts, 1e-300))
         n_times = stats.resp_sum.shape[0]
         if self.C0 is None:
             C0 = float(special.kappa_from_rbar(d, self._c0_start_agreement))
@@ -620,7 +622,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
         ``posterior`` holds ``mu`` (dims time, component, feature), ``kappa`` and
         ``weights`` (component): mu_tk ~ vMF(psi_tk, gamma_tk), log kappa_k ~
-        N(E[log kappa_k], Var[log kappa_k]), pi ~ Dir(rho).
+        N(E[log kappa_k], Var[log kappa_k]), pi ~ Dir(rho). With ``shared_kappa`` kappa is
+        one concentration: one draw, equal across the clusters.
         """
         self._check_is_fitted()
         params = (
@@ -641,4 +644,5 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
                 "kappa": ["component"],
                 "weights": ["component"],
             },
+            pooled=np.ones(k, bool) if self.shared_kappa else None,
         )

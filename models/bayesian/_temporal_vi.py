@@ -33,9 +33,13 @@ E[mu_{t-1}.mu_t] = E[mu_{t-1}].E[mu_t].
   *means* E[mu] = A_d(gamma) psi, not their modes psi: a neighbour known only vaguely pulls
   less. Even times are updated first, then odd times (no two times of one class are
   neighbours, so each class update is exact);
-* q(kappa_k): :mod:`._kappa` with weight_k = N_k, dot_k = sum_t E[mu_tk].r_tk;
+* q(kappa_k): :mod:`._kappa` with weight_k = N_k, dot_k = sum_t E[mu_tk].r_tk; with
+  ``shared_kappa`` one kappa for all clusters from the pooled sum_k weight_k and
+  sum_k dot_k (:func:`._kappa.pooled_update`), one KL term in L, counted once by the
+  empirical Bayes of (m, s2);
 * q(pi): rho_k = alpha + N_k; empirical Bayes (:mod:`._empirical_bayes`): alpha
-  (safeguarded Newton), mu_{-1} the direction of
+  (safeguarded Newton, at most n / K: :func:`._empirical_bayes.alpha_cap`), mu_{-1} the
+  direction of
   sum_k E[mu_0k], (m, s2) the Gaussian MLE of the log kappa moments.
 
 *Learning C0.* With C0 learnt, the first link mu_{0,k} ~ vMF(mu_{-1}, C_first) gets its own
@@ -142,7 +146,7 @@ __all__ = [
 C0_UPDATES = ("fixed", "mean-field", "structured")
 
 #: The static arguments of the jitted VI step.
-STATIC_ARGNAMES = (*_s.STATIC_ARGNAMES, "c0_update")
+STATIC_ARGNAMES = (*_s.STATIC_ARGNAMES, "c0_update", "shared_kappa")
 
 #: Largest agreement A_d(C0) a learnt C0 may have: C0 stays finite (~ d 5e9) when consecutive
 #: means coincide.
@@ -178,11 +182,16 @@ class TState(NamedTuple):
 
 
 class TStats(NamedTuple):
-    """q(z) statistics: N_tk (T, K), r_tk (T, K, d) and H[q(z)]."""
+    """q(z) statistics: N_tk (T, K), r_tk (T, K, d), H[q(z)] and sum_i lam_ik^2 (K,).
+
+    ``resp_square`` gives, with N_k = sum_t N_tk, the effective number of rows carrying
+    each cluster (the degeneracy diagnosis of :mod:`bayesvmf._guards`); not in the bound.
+    """
 
     resp_sum: jax.Array
     resultant: jax.Array
     entropy: jax.Array
+    resp_square: jax.Array | None = None
 
 
 class TInfo(NamedTuple):
@@ -282,7 +291,7 @@ def chain_agreement(state: TState, stats: TStats, kind: str):
     belief = f[:-1] + _through_step(d, B[1:], p.C0)
     norm = jnp.linalg.norm(belief, axis=-1, keepdims=True)
     mean = special.mean_resultant_length(d, norm) * belief / jnp.where(norm > 0, norm, 1.0)
-    mean = jnp.concatenate([jnp.broadcast_to(p.mu0, mean[:1].shape), mean], axis=0)
+    mean = jnp.concatenate([jnp.broadcast_to(p.mu0, B[:1].shape), mean], axis=0)
     c = jnp.sum(mean * B, axis=-1)
     norm = jnp.sqrt(jnp.maximum(weight**2 + jnp.sum(B * B, axis=-1) + 2.0 * weight * c, 0.0))
     safe = jnp.where(norm > 0, norm, 1.0)
@@ -313,8 +322,13 @@ def _kappa_inputs(emu, stats: TStats):
     return stats.resp_sum.sum(axis=0), jnp.sum(emu * stats.resultant, axis=(0, 2))
 
 
-def lower_bound(state: TState, stats: TStats):
-    """Return the bound L of the module docstring."""
+def _pooled(n_components: int, shared_kappa: bool):
+    """Return the clusters that share one kappa (all of them) with ``shared_kappa``, else None."""
+    return jnp.ones((n_components,), bool) if shared_kappa else None
+
+
+def lower_bound(state: TState, stats: TStats, shared_kappa: bool = False):
+    """Return the bound L of the module docstring (one KL term for a shared kappa)."""
     d = state.psi.shape[-1]
     p, k = state.priors, state.kappa
     n_times, n_comp = state.gamma.shape
@@ -335,7 +349,9 @@ def lower_bound(state: TState, stats: TStats):
         chain
         + jnp.sum(weight * k.mean_log_c + k.mean_kappa * dot)
         + _eb.dirichlet_terms(state.rho, weight, p.alpha)
-        - jnp.sum(_kappa.kl_normal(k.mean_log_kappa, k.var_log_kappa, p.m, p.s2))
+        - _kappa.kl_total(
+            k.mean_log_kappa, k.var_log_kappa, p.m, p.s2, _pooled(n_comp, shared_kappa)
+        )
         + jnp.sum(entropy_mu)
         + stats.entropy
     )
@@ -371,39 +387,17 @@ def _statistics(data, times, lam, n_times: int, log_lam=None) -> TStats:
         entropy = jnp.zeros((), jnp.float64)
     else:
         entropy = -jnp.sum(jnp.where(lam > 0, weighted * log_lam, 0.0))
-    return TStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy))
-
-
-def _log_resp(data, times, state: TState):
-    """Return log lam (n, K) of the q(z) update of the rows (plain data or a block's view)."""
-    k = state.kappa
-    cos = _row_cosines(_parallel.block_data(data), times, state.emu)
-    wlp = _eb.expected_log_pi(state.rho) + k.mean_log_c + k.mean_kappa * cos
-    return wlp - logsumexp(wlp, axis=1, keepdims=True)
+    square = jnp.sum(weighted * lam, axis=0)
+    return TStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy, square))
 
 
 def e_step(data, times, state: TState) -> TStats:
-    """Update q(z); return N_tk, r_tk and H[q(z)] (plain data or a block, :func:`_statistics`)."""
-    log_lam = _log_resp(data, times, state)
+    """Update q(z); return its statistics (plain data or a block, :func:`_statistics`)."""
+    k = state.kappa
+    cos = _row_cosines(_parallel.block_data(data), times, state.emu)
+    wlp = _eb.expected_log_pi(state.rho) + k.mean_log_c + k.mean_kappa * cos
+    log_lam = wlp - logsumexp(wlp, axis=1, keepdims=True)
     return _statistics(data, times, jnp.exp(log_lam), state.psi.shape[0], log_lam)
-
-
-@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
-def effective_rows(data, times, state: TState):
-    """(sum_i lam_ik)^2 / sum_i lam_ik^2 of the q(z) of ``state`` (see :mod:`bayesvmf._guards`).
-
-    The effective number of rows carrying each cluster, added over the devices on row
-    blocks (padding rows weigh 0).
-    """
-
-    def body(state, data, times):
-        lam = jnp.exp(_log_resp(data, times, state))
-        if isinstance(data, _parallel.RowBlocks):
-            lam = lam * data.row_weight[:, None]
-        return _parallel.sum_over_blocks(data, lam.sum(axis=0), jnp.sum(lam * lam, axis=0))
-
-    total, squares = _s.map_row_blocks(body, state, data, times)
-    return jnp.where(squares > 0, total**2 / jnp.where(squares > 0, squares, 1.0), 0.0)
 
 
 def m_part(
@@ -416,6 +410,7 @@ def m_part(
     num_samples,
     num_steps,
     c0_update="fixed",
+    shared_kappa=False,
 ):
     """Update q(pi), q(mu) (even then odd times), q(kappa), the priors, then C0."""
     p = state.priors
@@ -435,6 +430,8 @@ def m_part(
         empirical_bayes=empirical_bayes,
         num_samples=num_samples,
         num_steps=num_steps,
+        pooled=_pooled(weight.shape[0], shared_kappa),
+        cap_alpha=True,
     )
     if c0_update == "fixed":  # static: fits with a fixed and a learnt C0 are two programs
         return state
@@ -453,6 +450,7 @@ def vi_step(
     num_samples,
     num_steps,
     c0_update="fixed",
+    shared_kappa=False,
 ):
     """One VI iteration (as in H-vMFmix: the q(z) update closes it).
 
@@ -469,6 +467,7 @@ def vi_step(
         num_samples=num_samples,
         num_steps=num_steps,
         c0_update=c0_update,
+        shared_kappa=shared_kappa,
     )
     return _s.map_row_blocks(body, (rng_key, state, stats), data, times)
 
@@ -477,7 +476,7 @@ def _vi_step_body(args, data, times, **static):
     """:func:`vi_step` on plain data or on one device's block of rows."""
     rng_key, state, stats = args
     state = m_part(rng_key, state, stats, **static)
-    info = TInfo(lower_bound(state, stats), stats.resp_sum.sum(axis=0))
+    info = TInfo(lower_bound(state, stats, static["shared_kappa"]), stats.resp_sum.sum(axis=0))
     return state, e_step(data, times, state), info
 
 
