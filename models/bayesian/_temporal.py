@@ -19,7 +19,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from sklearn.utils._param_validation import Interval
 
-from bayesvmf import _mixture, _parallel
+from bayesvmf import _guards, _mixture, _parallel, special
 from bayesvmf._base import make_key
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as _s
@@ -111,12 +111,29 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     ----------
     n_components : int
         K.
-    C0 : float, default 100.0
+    C0 : float or None, default None
         Concentration of each time step around the previous one: large values keep the
-        clusters nearly fixed, small ones let them move (not learnt: [1]_ recommends
-        setting it by hand).
+        clusters nearly fixed, small ones let them move. None (the default): learnt by
+        empirical Bayes, A_d(C0) matched at every iteration to the agreement of consecutive
+        means taken from a structured (forward-backward) view of the chain (module docstring of
+        :mod:`._temporal_vi`, *Learning C0*; the fitted value is ``C0_``), whether or not
+        ``empirical_bayes`` is set. A float fixes it ([1]_ sets it by hand). A fixed C0 has to
+        suit the dimension: consecutive means have expected cosine A_d(C0), 0.0036 for
+        C0 = 100 in d = 28,000, so a value that looks large can make them unrelated and the
+        forecast of the next time step the uniform density.
     kappa_update : {"sampling", "bounding"}, default "sampling"
+    shared_kappa : bool, default True
+        One concentration kappa for all clusters (and all times), updated from their pooled
+        statistics (sum_k N_k, sum_k sum_t E[mu_tk].r_tk: :func:`._kappa.pooled_update`),
+        with the same meaning as :class:`~bayesvmf.models.SparseVMFMixture`'s and the same
+        default as :class:`BayesianVMFMixture`'s. False: one kappa_k per cluster, the
+        paper's model. Per-cluster kappa is the better density model, a shared kappa the
+        better clustering: with one kappa per cluster a broad, low-kappa "background"
+        cluster tends to absorb the rows no other cluster fits (issue 18), which a shared
+        kappa rules out; hence the default. Empirical Bayes then updates m and keeps s2.
     alpha : float, default 1.0
+        Dirichlet parameter of pi (learnt with ``empirical_bayes``, at most n / K:
+        :func:`._empirical_bayes.alpha_cap`).
     mu0 : array-like of shape (n_features,) or None
         mu_{-1}; None: the direction of the data mean (learnt with ``empirical_bayes``).
     m : float or None, default None
@@ -151,8 +168,22 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     log_kappa_mean_, log_kappa_var_ : ndarray of shape (K,)
     dirichlet_ : ndarray of shape (K,)
     alpha_, mu0_, C0_, m_, s2_
+        Priors at the end of the fit (``C0_`` the learnt C0, or the user's).
+    C_first_ : float
+        Concentration of the first time step's means around ``mu0_``: learnt separately
+        when C0 is learnt (:mod:`._temporal_vi`, *Learning C0*), else ``C0_``.
     n_times_ : int
     lower_bounds_ : ndarray
+    n_occupied_components_ : int
+        Clusters holding at least one row's weight (:mod:`bayesvmf._guards`).
+    largest_share_ : float
+        The largest fraction of the rows held by one cluster.
+    degenerate_components_ : ndarray of int
+        The kept fit's degenerate clusters (empty, carried by one row, or a near-uniform
+        background holding a large share); a :class:`~bayesvmf.exceptions.DegenerateRunWarning`
+        names them. Restarts are chosen by the bound among the non-degenerate ones.
+    n_degenerate_restarts_ : int
+        Restarts that ended degenerate, kept or not.
 
     References
     ----------
@@ -177,7 +208,17 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     _parameter_constraints: dict[str, Any] = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         **_s.SHARED_CONSTRAINTS,
+        "C0": [_s.POSITIVE, None],
+        "shared_kappa": ["boolean"],
     }
+
+    #: The C0 update when ``C0`` is None (:data:`._temporal_vi.C0_UPDATES`); "mean-field"
+    #: is the bound's own maximiser, kept for comparison (benchmarks/bench_temporal.py).
+    _c0_update = "structured"
+
+    #: Agreement A_d(C0) of the C0 a learnt fit starts from: consecutive means nearly equal
+    #: (the static mixture), which the data then loosens.
+    _c0_start_agreement = 0.99
 
     _fitted_attributes = _mixture.BaseVMFMixture._fitted_attributes + (
         "time_mean_directions_",
@@ -188,18 +229,24 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         "alpha_",
         "mu0_",
         "C0_",
+        "C_first_",
         "m_",
         "s2_",
         "n_times_",
         "lower_bounds_",
+        "n_occupied_components_",
+        "largest_share_",
+        "degenerate_components_",
+        "n_degenerate_restarts_",
     )
 
     def __init__(
         self,
         n_components: int = 1,
         *,
-        C0: float = 100.0,
+        C0: float | None = None,
         kappa_update: str = "sampling",
+        shared_kappa: bool = True,
         alpha: float = 1.0,
         mu0=None,
         m: float | None = None,
@@ -219,6 +266,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         self.n_components = n_components
         self.C0 = C0
         self.kappa_update = kappa_update
+        self.shared_kappa = shared_kappa
         self.alpha = alpha
         self.mu0 = mu0
         self.m = m
@@ -241,7 +289,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
     def _n_parameters(self) -> int:
         n_times, k, d = self.time_mean_directions_.shape
-        return (k - 1) + n_times * k * (d - 1) + k
+        return (k - 1) + n_times * k * (d - 1) + (1 if self.shared_kappa else k)
 
     # ---- fitting ----------------------------------------------------------------------------
 
@@ -313,6 +361,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             empirical_bayes=bool(self.empirical_bayes),
             num_samples=int(self.kappa_num_samples),
             num_steps=int(self.kappa_num_steps),
+            c0_update="fixed" if self.C0 is not None else self._c0_update,
+            shared_kappa=bool(self.shared_kappa),
         )
 
         def start(init_key):
@@ -324,7 +374,22 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         def step(key, state, stats):
             return _vi_step(key, data, t_dev, state, stats, **static)
 
-        state, bounds, converged = _s.fit_restarts(self, rng_key, n, start, step, "T-vMFmix VI")
+        def diagnose(state, stats):
+            counts = np.asarray(stats.resp_sum.sum(axis=0))
+            square = np.asarray(stats.resp_square)
+            # effective rows N_k^2 / sum_i lam_ik^2 (_guards.effective_counts from the sums)
+            effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
+            kappa = np.asarray(state.kappa.mean_kappa)
+            return _guards.diagnose(counts, n_rows=n, kappa=kappa, effective_rows=effective)
+
+        advice = (
+            "Try fewer components (n_components) or another random_state."
+            if self.shared_kappa
+            else "Try shared_kappa=True (one concentration for all clusters) or fewer components."
+        )
+        state, bounds, converged = _s.fit_restarts(
+            self, rng_key, n, start, step, "T-vMFmix VI", diagnose, advice
+        )
         self._store(state, bounds, converged)
 
     def _initial_state(self, stats: TStats, mu0, d) -> TState:
@@ -333,18 +398,25 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         counts = np.asarray(stats.resp_sum.sum(axis=0))
         norms = np.linalg.norm(pooled, axis=1)
         psi_k = np.where(norms[:, None] > 0, pooled / np.maximum(norms, 1e-300)[:, None], mu0)
-        kappa = _s.initial_kappa(d, norms / np.maximum(counts, 1e-300))
+        if self.shared_kappa:  # the classical shared estimate, A_d(kappa) = sum_k |r_k| / n
+            kappa = np.full(
+                counts.size, _s.initial_kappa(d, norms.sum() / max(counts.sum(), 1e-300))
+            )
+        else:
+            kappa = _s.initial_kappa(d, norms / np.maximum(counts, 1e-300))
         n_times = stats.resp_sum.shape[0]
+        if self.C0 is None:
+            C0 = float(special.kappa_from_rbar(d, self._c0_start_agreement))
+        else:
+            C0 = float(self.C0)
         psi = jnp.asarray(np.broadcast_to(psi_k, (n_times, *psi_k.shape)).copy())
         # replaced by the first q(mu) update; the concentration of each step's data until then
-        gamma = jnp.asarray(
-            kappa[None, :] * np.maximum(np.asarray(stats.resp_sum), 1.0) + float(self.C0)
-        )
+        gamma = jnp.asarray(kappa[None, :] * np.maximum(np.asarray(stats.resp_sum), 1.0) + C0)
         m = float(np.mean(np.log(kappa))) if self.m is None else float(self.m)
         priors = _kappa.Priors(
             alpha=jnp.float64(self.alpha),
             mu0=jnp.asarray(mu0, jnp.float64),
-            C0=jnp.float64(self.C0),
+            C0=jnp.float64(C0),
             m=jnp.float64(m),
             s2=jnp.float64(self.s2),
         )
@@ -355,6 +427,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             jnp.full((counts.size,), float(self.alpha)) + jnp.asarray(counts),
             _s.kappa_moments_at(d, kappa, self.kappa_update),
             priors,
+            None if self.C0 is not None else jnp.float64(C0),
         )
 
     def _store(self, state: TState, bounds, converged) -> None:
@@ -362,6 +435,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         _s.store_fit(self, state, bounds, converged)
         self.time_mean_directions_ = np.asarray(state.psi)
         self.time_mean_concentrations_ = np.asarray(state.gamma)
+        self.C_first_ = float(state.priors.C0 if state.c_first is None else state.c_first)
         self.n_times_ = int(state.psi.shape[0])
         self.mean_directions_ = self.time_mean_directions_[-1]
         self.concentrations_ = np.asarray(k.mean_kappa)
@@ -548,7 +622,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
         ``posterior`` holds ``mu`` (dims time, component, feature), ``kappa`` and
         ``weights`` (component): mu_tk ~ vMF(psi_tk, gamma_tk), log kappa_k ~
-        N(E[log kappa_k], Var[log kappa_k]), pi ~ Dir(rho).
+        N(E[log kappa_k], Var[log kappa_k]), pi ~ Dir(rho). With ``shared_kappa`` kappa is
+        one concentration: one draw, equal across the clusters.
         """
         self._check_is_fitted()
         params = (
@@ -569,4 +644,5 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
                 "kappa": ["component"],
                 "weights": ["component"],
             },
+            pooled=np.ones(k, bool) if self.shared_kappa else None,
         )

@@ -9,9 +9,9 @@ Generative story: K clusters whose mean directions drift over T time steps,
 with kappa_k and pi shared over time (times are numbered from 0 here, from 1 in [1]_).
 
 Inference: q(pi) = Dir(rho), q(z_{t,i}) = Cat(lam), q(mu_{t,k}) = vMF(psi_tk, gamma_tk),
-q(kappa_k) from :mod:`._kappa`; empirical Bayes of alpha, mu_{-1}, m, s2 (C0 is a user
-setting, as [1]_ recommends). Derivations (the supplement is missing):
-docs/bayesian_hierarchical_temporal.md.
+q(kappa_k) from :mod:`._kappa`; empirical Bayes of alpha, mu_{-1}, m, s2, and of C0 unless
+the user fixes it ([1]_ recommends setting it by hand; see *Learning C0* below). Derivations
+(the supplement is missing): docs/bayesian_hierarchical_temporal.md.
 
 *Bound.* With E[mu_tk] = A_d(gamma_tk) psi_tk, N_tk = sum_{i at t} lam_ik and
 r_tk = sum_{i at t} lam_ik x_i,
@@ -33,10 +33,55 @@ E[mu_{t-1}.mu_t] = E[mu_{t-1}].E[mu_t].
   *means* E[mu] = A_d(gamma) psi, not their modes psi: a neighbour known only vaguely pulls
   less. Even times are updated first, then odd times (no two times of one class are
   neighbours, so each class update is exact);
-* q(kappa_k): :mod:`._kappa` with weight_k = N_k, dot_k = sum_t E[mu_tk].r_tk;
+* q(kappa_k): :mod:`._kappa` with weight_k = N_k, dot_k = sum_t E[mu_tk].r_tk; with
+  ``shared_kappa`` one kappa for all clusters from the pooled sum_k weight_k and
+  sum_k dot_k (:func:`._kappa.pooled_update`), one KL term in L, counted once by the
+  empirical Bayes of (m, s2);
 * q(pi): rho_k = alpha + N_k; empirical Bayes (:mod:`._empirical_bayes`): alpha
-  (safeguarded Newton), mu_{-1} the direction of
+  (safeguarded Newton, at most n / K: :func:`._empirical_bayes.alpha_cap`), mu_{-1} the
+  direction of
   sum_k E[mu_0k], (m, s2) the Gaussian MLE of the log kappa moments.
+
+*Learning C0.* With C0 learnt, the first link mu_{0,k} ~ vMF(mu_{-1}, C_first) gets its own
+concentration: it measures how the K clusters spread around one common direction, not how a
+cluster moves, and one value for both made the spread of the clusters pull the drift's C0
+low (on generated data with consecutive cosine 0.97 in d = 8, A_d(C0) came out 0.89 with
+the shared value). The bound's chain term becomes K log C_d(C_first) + C_first
+mu_{-1}.sum_k E[mu_0k] + K (T-1) log C_d(C0) + C0 sum_{t>=1,k} E[mu_{t-1,k}].E[mu_tk], and
+its stationarity conditions are
+
+    A_d(C_first) = (1/K) sum_k a_0k,   A_d(C0) = (1 / ((T-1) K)) sum_{t>=1,k} a_tk,   (C0)
+
+    a_0k = mu_{-1}.E[mu_0k],   a_tk = E[mu_{t-1,k} . mu_tk]  (t >= 1),
+
+the mean agreement of consecutive means (with one time step C0 = C_first). Under mean field
+a_tk = E[mu_{t-1,k}].E[mu_tk] = A_d(gamma_{t-1,k}) A_d(gamma_tk) psi_{t-1,k}.psi_tk
+(``c0_update="mean-field"``, the exact maximiser of L). In high dimension A_d(gamma) is well
+below 1 even when the fitted directions agree (d = 28,000: A_d = 0.87 at gamma = 100,000),
+so the product of two of them reports consecutive means as less alike than their directions
+are, C0 is set low, which lowers gamma, which lowers the next estimate: mean field drives C0
+low. The chain's correlation is what mean field drops. ``c0_update="structured"`` (the
+estimator's default) takes a_tk from the pair (mu_{t-1,k}, mu_tk) of a structured
+(forward-backward) approximation of the chain given q(z) and E[kappa]: the forward belief
+f_{t-1} (mu_{t-1} given the data up to t-1: natural parameter E[kappa] r plus the previous
+belief carried one vMF(C0) step, mean-matched as in the forecast below, A_d(g) = A_d(|f|)
+A_d(C0)) and the backward belief B_t (the data from t on, carried back alike) couple as
+p(mu_{t-1}, mu_t) ~ exp(f_{t-1}.mu_{t-1} + C0 mu_{t-1}.mu_t + B_t.mu_t). Given mu_{t-1},
+mu_t is vMF(R/|R|, |R|) with R = C0 mu_{t-1} + B_t, so
+
+    E[mu_{t-1}.mu_t | mu_{t-1}] = A_d(|R|) (C0 + mu_{t-1}.B_t) / |R|,
+
+in which mu_{t-1}.mu_{t-1} = 1 exactly where mean field has A_d(gamma_{t-1})^2;
+mu_{t-1}.B_t is replaced by its mean under the pair (in high dimension the spread of
+mu_{t-1} around its mean is nearly orthogonal to any one vector, so the dot product
+concentrates), that mean being the vMF of f_{t-1} plus B_t carried one step back. The
+beliefs exclude the link they feed (no information is counted twice): without data the
+estimate is A_d(C0) exactly. (Conditioning mu_t on mu_{t-1} and on the mean-field
+E[mu_{t+1}], which itself leans on mu_t, counts the link twice and gives A_d(~2 C0) there:
+C0 then grows without bound; on SOTU it reached A_d(C0) = 0.99997 and forecast worse than
+mean field.) At t = 0, mu_{-1} is a point. One fixed-point step of (C0) per iteration,
+after the other updates; the bound is then that of the current C0 (monotone per iteration
+only with C0 fixed or under mean field).
 
 A time step without data is allowed: its r_tk = 0 and q(mu_tk) interpolates between the
 neighbouring steps through the C0 terms.
@@ -83,7 +128,29 @@ from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as _s
 
-__all__ = ["TState", "TStats", "TInfo", "lower_bound", "e_step", "m_part", "vi_step"]
+__all__ = [
+    "C0_UPDATES",
+    "TState",
+    "TStats",
+    "TInfo",
+    "chain_agreement",
+    "lower_bound",
+    "e_step",
+    "m_part",
+    "vi_step",
+]
+
+#: How C0 is set at each iteration: kept ("fixed"), the bound's maximiser under mean field
+#: ("mean-field") or from the chain's forward-backward beliefs ("structured"), module
+#: docstring *Learning C0*.
+C0_UPDATES = ("fixed", "mean-field", "structured")
+
+#: The static arguments of the jitted VI step.
+STATIC_ARGNAMES = (*_s.STATIC_ARGNAMES, "c0_update", "shared_kappa")
+
+#: Largest agreement A_d(C0) a learnt C0 may have: C0 stays finite (~ d 5e9) when consecutive
+#: means coincide.
+MAX_AGREEMENT = 1.0 - 1e-10
 
 
 class TState(NamedTuple):
@@ -100,6 +167,9 @@ class TState(NamedTuple):
         Fields of shape (K,).
     priors : _kappa.Priors
         alpha, mu0 (= mu_{-1}), C0, m, s2.
+    c_first : jax.Array or None
+        C_first, the concentration of mu_{0,k} around mu_{-1} when C0 is learnt (module
+        docstring, *Learning C0*); None: C0, the model of [1]_ (C0 fixed by the user).
     """
 
     psi: jax.Array
@@ -108,14 +178,20 @@ class TState(NamedTuple):
     rho: jax.Array
     kappa: Any
     priors: Any
+    c_first: Any = None
 
 
 class TStats(NamedTuple):
-    """q(z) statistics: N_tk (T, K), r_tk (T, K, d) and H[q(z)]."""
+    """q(z) statistics: N_tk (T, K), r_tk (T, K, d), H[q(z)] and sum_i lam_ik^2 (K,).
+
+    ``resp_square`` gives, with N_k = sum_t N_tk, the effective number of rows carrying
+    each cluster (the degeneracy diagnosis of :mod:`bayesvmf._guards`); not in the bound.
+    """
 
     resp_sum: jax.Array
     resultant: jax.Array
     entropy: jax.Array
+    resp_square: jax.Array | None = None
 
 
 class TInfo(NamedTuple):
@@ -132,12 +208,22 @@ def _chain_terms(emu, mu0):
     return prev, nxt
 
 
+def _previous_weight(state: TState, n_times: int):
+    """Concentration linking each time step to the previous one, shape (T,)."""
+    C0 = state.priors.C0
+    return jnp.full((n_times,), C0).at[0].set(state.c_first)
+
+
 def _update_mu(state: TState, resultant, mask):
     """Update q(mu_tk) at the times in ``mask`` (T,) (one colour class), R_tk above."""
     d = state.psi.shape[-1]
     p = state.priors
     prev, nxt = _chain_terms(state.emu, p.mu0)
-    R = p.C0 * (prev + nxt) + state.kappa.mean_kappa[None, :, None] * resultant
+    if state.c_first is None:  # static: the model of [1]_, one C0 for every link
+        chain = p.C0 * (prev + nxt)
+    else:
+        chain = _previous_weight(state, prev.shape[0])[:, None, None] * prev + p.C0 * nxt
+    R = chain + state.kappa.mean_kappa[None, :, None] * resultant
     psi, gamma = _s.vmf_from_natural(R, state.psi)
     psi = jnp.where(mask[:, None, None], psi, state.psi)
     gamma = jnp.where(mask[:, None], gamma, state.gamma)
@@ -145,12 +231,104 @@ def _update_mu(state: TState, resultant, mask):
     return state._replace(psi=psi, gamma=gamma, emu=emu)
 
 
+def _through_step(d: int, natural, C0):
+    """Natural parameter of a vMF belief after one vMF(., C0) step, mean-matched.
+
+    The direction of ``natural`` (..., d) with concentration g, A_d(g) = A_d(|natural|)
+    A_d(C0): the law of mu_{t+1} when mu_t ~ vMF(natural), as in the forecast
+    (:func:`forecast_concentration`); zero stays zero (no information).
+    """
+    norm = jnp.linalg.norm(natural, axis=-1, keepdims=True)
+    g = forecast_concentration(d, norm, C0, 1)
+    return jnp.where(norm > 0, natural * (g / jnp.where(norm > 0, norm, 1.0)), 0.0)
+
+
+def _chain_messages(state: TState, stats: TStats):
+    """Forward and backward beliefs of the chain of means (module docstring, *Learning C0*).
+
+    Returns f (T, K, d), the natural parameter of mu_tk given the data up to t, and
+    B (T, K, d), that of the data from t on (E[kappa_k] r_tk plus the message from t+1);
+    the links before t = 0 and at t = 0 use mu_{-1} and C_first (C0 when fixed).
+    """
+    d = state.psi.shape[-1]
+    p = state.priors
+    c_first = p.C0 if state.c_first is None else state.c_first
+    data = state.kappa.mean_kappa[None, :, None] * stats.resultant  # (T, K, d)
+
+    def forward(prev, data_t):
+        f = _through_step(d, prev, p.C0) + data_t
+        return f, f
+
+    f0 = c_first * jnp.broadcast_to(p.mu0, data[0].shape) + data[0]
+    _, f_rest = jax.lax.scan(forward, f0, data[1:])
+    f = jnp.concatenate([f0[None], f_rest], axis=0)
+
+    def backward(later, data_t):
+        b = _through_step(d, later, p.C0) + data_t  # B_t = data_t + message from t+1
+        return b, b
+
+    _, B = jax.lax.scan(backward, jnp.zeros_like(data[0]), data, reverse=True)
+    return f, B
+
+
+def chain_agreement(state: TState, stats: TStats, kind: str):
+    """Return a_tk of the module docstring's (C0), shape (T, K), under ``kind``.
+
+    ``kind`` is ``"mean-field"`` (E[mu_{t-1}].E[mu_t]) or ``"structured"`` (the pair
+    (mu_{t-1}, mu_t) of the chain's forward-backward beliefs; mu_{-1} = ``mu0`` at t = 0).
+    """
+    p = state.priors
+    prev, _ = _chain_terms(state.emu, p.mu0)
+    if kind == "mean-field":
+        return jnp.sum(prev * state.emu, axis=-1)
+    d = state.psi.shape[-1]
+    n_times = prev.shape[0]
+    weight = (
+        jnp.full((n_times,), p.C0) if state.c_first is None else _previous_weight(state, n_times)
+    )[:, None]
+    f, B = _chain_messages(state, stats)
+    # mean of mu_{t-1} in the pair: its forward belief and the message from B_t
+    belief = f[:-1] + _through_step(d, B[1:], p.C0)
+    norm = jnp.linalg.norm(belief, axis=-1, keepdims=True)
+    mean = special.mean_resultant_length(d, norm) * belief / jnp.where(norm > 0, norm, 1.0)
+    mean = jnp.concatenate([jnp.broadcast_to(p.mu0, B[:1].shape), mean], axis=0)
+    c = jnp.sum(mean * B, axis=-1)
+    norm = jnp.sqrt(jnp.maximum(weight**2 + jnp.sum(B * B, axis=-1) + 2.0 * weight * c, 0.0))
+    safe = jnp.where(norm > 0, norm, 1.0)
+    return jnp.where(norm > 0, special.mean_resultant_length(d, norm) * (weight + c) / safe, 0.0)
+
+
+def _concentration_of(d: int, agreement):
+    """Return A_d^{-1} of the mean of ``agreement``, clipped to [0, MAX_AGREEMENT].
+
+    Floored at KAPPA_FLOOR: an agreement <= 0 would give 0, and the chain's normaliser must
+    stay finite.
+    """
+    rbar = jnp.clip(jnp.mean(agreement), 0.0, MAX_AGREEMENT)
+    return jnp.maximum(special.kappa_from_rbar(d, rbar), _s.KAPPA_FLOOR)
+
+
+def update_C0(state: TState, stats: TStats, kind: str) -> TState:
+    """One fixed-point step of (C0) and of C_first (module docstring, *Learning C0*)."""
+    d = state.psi.shape[-1]
+    agreement = chain_agreement(state, stats, kind)
+    c_first = _concentration_of(d, agreement[0])
+    # with one time step there is no transition: C0 (used by forecasts only) is C_first
+    C0 = _concentration_of(d, agreement[1:]) if agreement.shape[0] > 1 else c_first
+    return state._replace(priors=state.priors._replace(C0=C0), c_first=c_first)
+
+
 def _kappa_inputs(emu, stats: TStats):
     return stats.resp_sum.sum(axis=0), jnp.sum(emu * stats.resultant, axis=(0, 2))
 
 
-def lower_bound(state: TState, stats: TStats):
-    """Return the bound L of the module docstring."""
+def _pooled(n_components: int, shared_kappa: bool):
+    """Return the clusters that share one kappa (all of them) with ``shared_kappa``, else None."""
+    return jnp.ones((n_components,), bool) if shared_kappa else None
+
+
+def lower_bound(state: TState, stats: TStats, shared_kappa: bool = False):
+    """Return the bound L of the module docstring (one KL term for a shared kappa)."""
     d = state.psi.shape[-1]
     p, k = state.priors, state.kappa
     n_times, n_comp = state.gamma.shape
@@ -158,12 +336,22 @@ def lower_bound(state: TState, stats: TStats):
     prev, _ = _chain_terms(state.emu, p.mu0)
     log_c = _mixture.log_normalizer(d, jnp.append(state.gamma.ravel(), p.C0))
     entropy_mu = -log_c[:-1] - state.gamma.ravel() * jnp.linalg.norm(state.emu, axis=-1).ravel()
+    if state.c_first is None:  # static: one C0 for every link
+        chain = n_times * n_comp * log_c[-1] + p.C0 * jnp.sum(prev * state.emu)
+    else:
+        dots = jnp.sum(prev * state.emu, axis=(1, 2))  # (T,)
+        chain = (
+            n_comp * _mixture.log_normalizer(d, state.c_first)
+            + (n_times - 1) * n_comp * log_c[-1]
+            + jnp.sum(_previous_weight(state, n_times) * dots)
+        )
     return (
-        n_times * n_comp * log_c[-1]
-        + p.C0 * jnp.sum(prev * state.emu)
+        chain
         + jnp.sum(weight * k.mean_log_c + k.mean_kappa * dot)
         + _eb.dirichlet_terms(state.rho, weight, p.alpha)
-        - jnp.sum(_kappa.kl_normal(k.mean_log_kappa, k.var_log_kappa, p.m, p.s2))
+        - _kappa.kl_total(
+            k.mean_log_kappa, k.var_log_kappa, p.m, p.s2, _pooled(n_comp, shared_kappa)
+        )
         + jnp.sum(entropy_mu)
         + stats.entropy
     )
@@ -199,11 +387,12 @@ def _statistics(data, times, lam, n_times: int, log_lam=None) -> TStats:
         entropy = jnp.zeros((), jnp.float64)
     else:
         entropy = -jnp.sum(jnp.where(lam > 0, weighted * log_lam, 0.0))
-    return TStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy))
+    square = jnp.sum(weighted * lam, axis=0)
+    return TStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy, square))
 
 
 def e_step(data, times, state: TState) -> TStats:
-    """Update q(z); return N_tk, r_tk and H[q(z)] (plain data or a block, :func:`_statistics`)."""
+    """Update q(z); return its statistics (plain data or a block, :func:`_statistics`)."""
     k = state.kappa
     cos = _row_cosines(_parallel.block_data(data), times, state.emu)
     wlp = _eb.expected_log_pi(state.rho) + k.mean_log_c + k.mean_kappa * cos
@@ -212,9 +401,18 @@ def e_step(data, times, state: TState) -> TStats:
 
 
 def m_part(
-    rng_key, state: TState, stats: TStats, *, scheme, empirical_bayes, num_samples, num_steps
+    rng_key,
+    state: TState,
+    stats: TStats,
+    *,
+    scheme,
+    empirical_bayes,
+    num_samples,
+    num_steps,
+    c0_update="fixed",
+    shared_kappa=False,
 ):
-    """Update q(pi), q(mu) (even then odd times), q(kappa) and the priors."""
+    """Update q(pi), q(mu) (even then odd times), q(kappa), the priors, then C0."""
     p = state.priors
     weight = stats.resp_sum.sum(axis=0)
     state = state._replace(rho=p.alpha + weight)
@@ -222,7 +420,7 @@ def m_part(
     for mask in (even, ~even):
         state = _update_mu(state, stats.resultant, mask)
     weight, dot = _kappa_inputs(state.emu, stats)
-    return _s.update_kappa_priors(
+    state = _s.update_kappa_priors(
         rng_key,
         state,
         weight,
@@ -232,7 +430,12 @@ def m_part(
         empirical_bayes=empirical_bayes,
         num_samples=num_samples,
         num_steps=num_steps,
+        pooled=_pooled(weight.shape[0], shared_kappa),
+        cap_alpha=True,
     )
+    if c0_update == "fixed":  # static: fits with a fixed and a learnt C0 are two programs
+        return state
+    return update_C0(state, stats, c0_update)
 
 
 def vi_step(
@@ -246,6 +449,8 @@ def vi_step(
     empirical_bayes,
     num_samples,
     num_steps,
+    c0_update="fixed",
+    shared_kappa=False,
 ):
     """One VI iteration (as in H-vMFmix: the q(z) update closes it).
 
@@ -261,6 +466,8 @@ def vi_step(
         empirical_bayes=empirical_bayes,
         num_samples=num_samples,
         num_steps=num_steps,
+        c0_update=c0_update,
+        shared_kappa=shared_kappa,
     )
     return _s.map_row_blocks(body, (rng_key, state, stats), data, times)
 
@@ -269,13 +476,11 @@ def _vi_step_body(args, data, times, **static):
     """:func:`vi_step` on plain data or on one device's block of rows."""
     rng_key, state, stats = args
     state = m_part(rng_key, state, stats, **static)
-    info = TInfo(lower_bound(state, stats), stats.resp_sum.sum(axis=0))
+    info = TInfo(lower_bound(state, stats, static["shared_kappa"]), stats.resp_sum.sum(axis=0))
     return state, e_step(data, times, state), info
 
 
-_vi_step = jax.jit(
-    vi_step, static_argnames=_s.STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS
-)
+_vi_step = jax.jit(vi_step, static_argnames=STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS)
 
 
 @functools.partial(
