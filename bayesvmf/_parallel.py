@@ -190,14 +190,6 @@ class DevicesOption(list):
     def __init__(self):
         super().__init__([None, pv.Interval(numbers.Integral, 1, None, closed="left"), list, tuple])
 
-    def check(self, value) -> bool:
-        """Return whether ``value`` satisfies one of the constraints."""
-        return any(pv.make_constraint(rule).is_satisfied_by(value) for rule in self)
-
-    def describe(self) -> str:
-        """Describe the constraint in words."""
-        return "None, an int >= 1 (the first n of jax.devices()) or a list of jax devices"
-
 
 def make_mesh(devices) -> Mesh:
     """Return a one-axis mesh (axis :data:`AXIS`) over ``devices`` (a list of devices)."""

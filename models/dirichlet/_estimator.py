@@ -217,7 +217,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
         "learning_offset": [Interval(numbers.Real, 0, None, closed="left")],
         "dtype": [StrOptions({"float64", "mixed"})],
         "shared_kappa": ["boolean"],
-        # devices: checked in _validate_params with the message every estimator gives
+        "devices": _parallel.DevicesOption(),
     }
     _fitted_check = ("mean_directions_",)
 
@@ -343,10 +343,6 @@ class DirichletVMFMixture(BaseVMFEstimator):
         ):
             raise ValueError(
                 f"kappa_prior must be two positive numbers (shape, rate), got {prior!r}"
-            )
-        if not _parallel.DevicesOption().check(self.devices):
-            raise TypeError(
-                f"devices must be {_parallel.DevicesOption().describe()}, got {self.devices!r}"
             )
         _parallel.resolve_devices(self.devices)  # before anything of the fitted model changes
         if self.devices is not None and self.inference != "vem":
