@@ -47,10 +47,11 @@ E[mu_n] because the mean-field factors are independent: E[mu_pa . mu_n] = E[mu_p
   grows with C0 the iteration drives C0 to infinity (the root collapses onto the point mu0),
   so C0 is a user setting, as the paper's section 3.2 calls it.
 
-Under the bounding scheme E[log C_d(kappa)] is the Turan/delta-method bound of eqs. (2)-(3),
-L is a surrogate bound and no update decreases it (tested). Under the sampling scheme the
-kappa moments are Monte Carlo averages and the KL term uses the log-normal with the same
-moments, so L is only an estimate (the paper makes the same remark in sec. 3.1.1).
+Under the bounding scheme E[log C_d(kappa)] is :func:`_kappa.log_c_lower_bound` (eqs. (2)-(3)
+made a true bound), L is a surrogate bound and no update decreases it (tested). Under the
+sampling scheme the kappa moments are Monte Carlo averages and the KL term uses the
+log-normal with the same moments, so L is only an estimate (the paper makes the same
+remark in sec. 3.1.1).
 
 Symbols (code name <-> paper):
 

@@ -36,32 +36,36 @@ Var[log kappa] (floored at :data:`VAR_FLOOR`).
 
 **Bounding** (:func:`kappa_bounding_update`). q(kappa_j) = LogNormal(a_j, b_j) (``b`` is the
 variance of log kappa). The expectation E_q[log C_d(kappa)] has no closed form; it is bounded
-below (:func:`log_c_lower_bound`) through the Turan-type inequality of eq. (2) of [1]_
-(Baricz et al.): :math:`I'_\nu(u)/I_\nu(u) \le \sqrt{u^2+\nu^2}/u`. Integrating from 0, where
+below (:func:`log_c_lower_bound`) through Amos's bound
+:math:`I_{\nu+1}(u)/I_\nu(u) \le u/(\lambda + \sqrt{u^2+\lambda^2})`, :math:`\lambda = \nu + 1/2`,
+a Turan-type inequality tighter than eq. (2) of [1]_ (Baricz et al.,
+:math:`I'_\nu/I_\nu \le \sqrt{u^2+\nu^2}/u`, which misses the :math:`-\tfrac12\log u` of
+:math:`\log I_\nu` and drove every concentration to ~0 at d = 2). Integrating from 0, where
 :math:`I_\nu(u) \sim (u/2)^\nu / \Gamma(\nu+1)`,
 
 .. math::
 
-    \log I_\nu(u) \le \sqrt{u^2+\nu^2} - \nu \log\!\big(\nu + \sqrt{u^2+\nu^2}\big)
-        + \nu \log u + \nu\log\nu - \nu - \log\Gamma(\nu+1).
+    \log I_\nu(u) \le \nu\log\frac{u}{2} - \log\Gamma(\nu+1) + \sqrt{u^2+\lambda^2} - \lambda
+        - \lambda \log\frac{\lambda + \sqrt{u^2+\lambda^2}}{2\lambda},
 
-The paper then takes expectations by the delta method (eq. (3)), which is an approximation,
-not a bound. Here the two nonlinear expectations are bounded instead, so the result is a
-guaranteed bound: :math:`E\sqrt{\kappa^2+\nu^2} \le \sqrt{E\kappa^2 + \nu^2}` (concavity of
-the square root, :math:`E\kappa^2 = e^{2a+2b}`) and
-:math:`E\log(\nu + \sqrt{\kappa^2+\nu^2}) \ge \log(\nu + \sqrt{e^{2a}+\nu^2})` (the function is
-convex in t = log kappa: its t-derivative :math:`1 - \nu/\sqrt{\nu^2+e^{2t}}` increases). With
+above :math:`\log I_\nu` by at most 0.42 for every u and :math:`\nu \ge 0`
+(docs/bayesian_vi.md). The paper then takes expectations by the delta method (eq. (3)),
+which is an approximation, not a bound. Here the two nonlinear expectations are bounded
+instead, so the result is a guaranteed bound:
+:math:`E\sqrt{\kappa^2+\lambda^2} \le \sqrt{E\kappa^2 + \lambda^2}` (concavity of the square
+root, :math:`E\kappa^2 = e^{2a+2b}`) and
+:math:`E\log(\lambda + \sqrt{\kappa^2+\lambda^2}) \ge \log(\lambda + \sqrt{e^{2a}+\lambda^2})`
+(convex in t = log kappa). With
 :math:`\log C_d = \nu\log\kappa - (\nu+1)\log 2\pi - \log I_\nu` the :math:`\nu\log\kappa`
 terms cancel:
 
 .. math::
 
-    E_q[\log C_d(\kappa)] \ge -(\nu+1)\log 2\pi - \frac{e^{2a+2b}}{\nu + \sqrt{e^{2a+2b}+\nu^2}}
-        + \nu \log\!\Big(1 + \sqrt{1 + e^{2a}/\nu^2}\Big) + \log\Gamma(\nu+1),
+    E_q[\log C_d(\kappa)] \ge -(\nu+1)\log 2\pi + \nu\log 2 + \log\Gamma(\nu+1)
+        - \frac{e^{2a+2b}}{\lambda + \sqrt{e^{2a+2b}+\lambda^2}}
+        + \lambda \log\frac{1 + \sqrt{1 + e^{2a}/\lambda^2}}{2},
 
-exact at kappa -> 0 (the uniform density). Like the paper's bound it is loose by about
-:math:`\tfrac12\log(\kappa/\nu)` when :math:`\kappa \gg \nu` (small d, very concentrated
-components), which biases E[kappa] down there; at d >= 50 the bias is a few percent. The
+exact at kappa -> 0 (the uniform density). The
 objective (the part of the variational bound that depends on q(kappa_j), :func:`bounding_objective`)
 
 .. math::
@@ -433,8 +437,10 @@ def kappa_sampling_update(
 def log_c_lower_bound(a, b, *, d: int):
     """Lower bound on E[log C_d(kappa)] under kappa ~ LogNormal(a, b) (module docstring).
 
-    Eq. (2) of [1]_ (the Turan-type inequality of [2]_) with the expectations bounded by
-    Jensen's inequality instead of the delta method of eq. (3), so it is a true bound.
+    Amos's bound on I_{nu+1}/I_nu integrated (docs/bayesian_vi.md, (E1)), a Turan-type
+    inequality tighter than eq. (2) of [1]_, with the expectations bounded by Jensen's
+    inequality instead of the delta method of eq. (3), so it is a true bound; loose by at
+    most 0.42 nats for every d and kappa (the paper's bound loses (1/2) log(kappa / nu)).
 
     Parameters
     ----------
@@ -448,18 +454,17 @@ def log_c_lower_bound(a, b, *, d: int):
     jax.Array
     """
     nu = 0.5 * d - 1.0
+    lam = nu + 0.5
     a = jnp.asarray(a, jnp.float64)
     b = jnp.asarray(b, jnp.float64)
-    const = -(nu + 1.0) * _LOG_2PI + math.lgamma(nu + 1.0)
-    if nu == 0.0:  # d = 2: the nu log(...) term vanishes and sqrt(E kappa^2) is exact
-        return const - jnp.exp(a + b)
-    log_nu = math.log(nu)
+    const = -(nu + 1.0) * _LOG_2PI + nu * math.log(2.0) + math.lgamma(nu + 1.0)
+    log_lam = math.log(lam)
     second_moment = jnp.exp(2.0 * a + 2.0 * b)
-    root = jnp.exp(0.5 * jnp.logaddexp(2.0 * a + 2.0 * b, 2.0 * log_nu))
-    # sqrt(E k^2 + nu^2) - nu written without cancellation (nu >> kappa at large d)
-    excess = second_moment / (nu + root)
-    ratio = jnp.exp(0.5 * jnp.logaddexp(2.0 * a - 2.0 * log_nu, 0.0))
-    return const - excess + nu * jnp.log1p(ratio)
+    root = jnp.exp(0.5 * jnp.logaddexp(2.0 * a + 2.0 * b, 2.0 * log_lam))
+    # sqrt(E k^2 + lam^2) - lam written without cancellation (lam >> kappa at large d)
+    excess = second_moment / (lam + root)
+    ratio = jnp.exp(0.5 * jnp.logaddexp(2.0 * a - 2.0 * log_lam, 0.0))
+    return const - excess + lam * jnp.log(0.5 * (1.0 + ratio))
 
 
 def kl_normal(a, b, m, s2):
