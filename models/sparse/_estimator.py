@@ -56,31 +56,50 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
     shared_kappa : bool, default False
         One concentration for all components (sec. 3.2.3, eqs. (27)-(29)); recommended when
         n is not much larger than d (the paper's CSTR experiments).
-    n_init : int, default 10
+    n_init : int, default 1
         Number of restarts, run side by side (vectorised), each with its own key; among the
         non-degenerate ones, the first whose penalised log-likelihood per row is within
         ``tol`` of the best is kept (:func:`bayesvmf._mixture.best_run`: near-ties are one
         optimum, often with permuted labels, and the choice must not hang on rounding).
+        One greedy k-means++ start is scikit-learn's ``KMeans`` default too
+        (``n_init="auto"``); earlier versions used 10 random starts
+        (benchmarks/results/vs_sklearn.md compares).
     max_iter : int, default 1000
         Maximal number of EM iterations per run.
     tol : float, default 1e-6
-        Convergence threshold on the change of the penalised log-likelihood per row.
-    init : str or array of int of shape (n_samples,), default "random"
-        "random" is Algorithm 4 of [1]_ (K distinct rows, crisp assignment);
-        "spherical-kmeans++" seeds by k-means++ on the cosine dissimilarity;
-        "greedy-spherical-kmeans++" keeps the best of 2 + floor(ln K) candidates per seed
-        (the seeding of scikit-learn's KMeans; benchmarks/results/scale.md compares them).
+        Absolute convergence threshold on the change of the penalised log-likelihood per
+        row: a run has converged when the change is at most ``tol + rtol * |bound|``.
+    rtol : float, default 1e-6
+        Relative part of that threshold (:func:`bayesvmf.models.sparse.settled`). The bound
+        per row grows with d and the concentrations (about 400 for d = 256, kappa 150-400),
+        where EM's last iterations creep without changing the partition; ``rtol=0`` is the
+        absolute test of earlier versions.
+    init : str or array of int of shape (n_samples,), default "greedy-spherical-kmeans++"
+        "random" is Algorithm 4 of [1]_ (K distinct rows, crisp assignment; the default of
+        earlier versions); "spherical-kmeans++" seeds by k-means++ on the cosine
+        dissimilarity; "greedy-spherical-kmeans++" keeps the best of 2 + floor(ln K)
+        candidates per seed (the seeding of scikit-learn's KMeans;
+        benchmarks/results/scale.md compares them).
         An array of labels in ``[0, K)`` (every component used) starts EM from that
         partition (its M-step, see :func:`init_state_from_labels`), so that several
         estimators can start from the same assignments; ``n_init`` is then ignored (one
         run).
+    kmeans_iter : int, default 20
+        Hard spherical k-means passes (Lloyd's iterations on the cosine) that refine each
+        restart's seeds before EM (:func:`bayesvmf.models.sparse.spherical_kmeans`; they
+        stop early once the partition has settled); EM then starts from the M-step of the
+        final partition. 0 starts EM at the seeds (Algorithm 4 of [1]_, the behaviour of
+        earlier versions). Ignored when ``init`` is an array of labels.
     kappa_max : float, default 1e6
         Concentration cap (appendix B of [1]_); reaching it marks the run as collapsed.
     normalize : bool, default True
         Rescale rows to unit norm; with False, non-unit rows raise a ValueError.
-    dtype : {"float64", "mixed"}, default "float64"
-        "mixed" runs the two data products in float32 (docs/design.md section 5), everything else
-        in float64.
+    dtype : {"mixed", "float64"}, default "mixed"
+        "mixed" runs the two data products in float32 (docs/design.md section 5: BLAS
+        products of dense input, SciPy's of sparse input, at half the memory traffic), and
+        everything else (log-normalisers, kappa solves, likelihood sums, responsibilities) in
+        float64; "float64" (the default of earlier versions) runs the products in float64
+        too.
     random_state : None, int, numpy RandomState or Generator, or jax key, default None
         Seed of the restarts' initialisations: an int (reproducible), a NumPy
         ``RandomState`` / ``Generator`` (a seed is drawn from it at each fit), a JAX key,
@@ -164,6 +183,8 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         "init": [StrOptions(set(_mixture.INIT_METHODS)), "array-like"],
         "kappa_max": [Interval(numbers.Real, 0.0, None, closed="neither")],
         "dtype": [StrOptions({"float64", "mixed"})],
+        "rtol": [Interval(numbers.Real, 0.0, None, closed="left")],
+        "kmeans_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         # the former check/describe protocol, until bayesvmf._parallel migrates it
         "devices": _parallel.DevicesOption(),
         "learning_decay": [Interval(numbers.Real, 0.5, 1.0, closed="right")],
@@ -185,13 +206,15 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         *,
         beta: float = 0.0,
         shared_kappa: bool = False,
-        n_init: int = 10,
+        n_init: int = 1,
         max_iter: int = 1000,
         tol: float = 1e-6,
-        init: str = "random",
+        rtol: float = 1e-6,
+        init: str = "greedy-spherical-kmeans++",
+        kmeans_iter: int = 20,
         kappa_max: float = 1e6,
         normalize: bool = True,
-        dtype: str = "float64",
+        dtype: str = "mixed",
         random_state=None,
         verbose: int = 0,
         devices=None,
@@ -204,7 +227,9 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
+        self.rtol = rtol
         self.init = init
+        self.kmeans_iter = kmeans_iter
         self.kappa_max = kappa_max
         self.normalize = normalize
         self.dtype = dtype
@@ -223,6 +248,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             beta=float(beta),
             kappa_max=float(self.kappa_max),
             tol=float(self.tol),
+            rtol=float(self.rtol),
             max_iter=int(self.max_iter),
             shared_kappa=bool(self.shared_kappa),
             progress=progress,
@@ -238,6 +264,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                 init=self.init,
                 shared_kappa=self.shared_kappa,
                 kappa_max=float(self.kappa_max),
+                hard_iter=int(self.kmeans_iter),
             )
         else:
             labels = _em._check_init_labels(self.init, data.shape[0], self.n_components)
