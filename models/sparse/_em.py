@@ -343,8 +343,8 @@ def spherical_kmeans(data, mu, max_passes):
         score = jnp.sum(mu * resultant)
         return it + 1, _normalised(resultant, mu), score - previous, score
 
-    inf = jnp.asarray(jnp.inf, jnp.float64)
-    init = (jnp.zeros((), max_passes.dtype), mu, inf, -inf)
+    # (gain, score) = (inf, 0): the first pass always runs
+    init = (jnp.zeros((), max_passes.dtype), mu, jnp.asarray(jnp.inf), jnp.asarray(0.0))
     return jax.lax.while_loop(keep_going, one_pass, init)[1]
 
 

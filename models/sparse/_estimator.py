@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
-from bayesvmf import _mixture, _parallel, criteria
+from bayesvmf import _guards, _mixture, _parallel, criteria
 from bayesvmf._base import check_count
 from bayesvmf._mixture import Status
 from bayesvmf.models.sparse import _em
@@ -138,6 +139,17 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         :class:`bayesvmf._mixture.Status` of the kept run (0 = healthy).
     run_statuses_, run_lower_bounds_, run_n_iter_ : ndarray of shape (n_init,)
         Status, penalised bound and number of EM iterations of every restart.
+    n_occupied_components_ : int
+        Components of the kept run with at least one row's weight.
+    largest_share_ : float
+        Largest fraction of the data held by one component of the kept run.
+    degenerate_components_ : ndarray of int
+        Components of the kept run that :func:`bayesvmf._guards.diagnose` finds degenerate
+        (empty, at ``kappa_max``, carried by one vector, a near-uniform background: then a
+        :class:`~bayesvmf.exceptions.DegenerateRunWarning` names them).
+    n_degenerate_restarts_ : int
+        Restarts that degenerated (a :class:`~bayesvmf._mixture.Status` or a degenerate
+        component), kept or not; the kept run is one of them only when all are.
     labels_ : ndarray of shape (n_samples,)
         After :meth:`fit`: the component of each training row (``fit_predict``'s result).
     n_features_in_ : int
@@ -198,6 +210,10 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         "run_statuses_",
         "run_lower_bounds_",
         "run_n_iter_",
+        "n_occupied_components_",
+        "largest_share_",
+        "degenerate_components_",
+        "n_degenerate_restarts_",
     )
 
     def __init__(
@@ -281,7 +297,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         finally:
             if progress is not None:
                 progress.close()
-        self._set_from_batch(state)
+        self._set_from_batch(state, data)
 
     def _blocks(self, Xc, bucket: bool = False) -> _parallel.RowBlocks:
         """Return checked data as row blocks: one per device of ``devices``, padded."""
@@ -302,11 +318,17 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the component of each training row (on the devices of the fit)."""
+        labels = self.__dict__.pop("_fit_labels", None)  # computed by _set_from_batch
+        if labels is not None:
+            return labels
+        return np.argmax(self._training_weighted_log_prob(data), axis=1)
+
+    def _training_weighted_log_prob(self, data) -> np.ndarray:
+        """Return log alpha_k + log f_k(x_i) of the training rows at the kept run."""
         if self.devices is None:
-            return super()._training_labels(data)
+            return np.asarray(self._estimate_weighted_log_prob(data))
         run = self._best_state
-        wlp = _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
-        return np.argmax(wlp, axis=1)
+        return _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
 
     def partial_fit(self, X, y=None, *, n_samples: int | None = None) -> SparseVMFMixture:
         """Update the model with one chunk of rows: stepwise (online) EM.
@@ -387,6 +409,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                 np.float64(self.kappa_max),
                 shared_kappa=bool(self.shared_kappa),
             )
+            self.__dict__.pop("_fit_labels", None)  # of the first chunk: not wanted here
             self._online = _stepwise._OnlineState(stats, log_weights, mu, kappa)
             mu_host = np.asarray(mu)
         weights = np.exp(np.asarray(log_weights))
@@ -411,14 +434,44 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             )
         return self
 
-    def _set_from_batch(self, state: _em.EMState) -> int:
-        """Keep the best healthy run (largest penalised bound); warn about the others."""
+    def _set_from_batch(self, state: _em.EMState, data=None) -> int:
+        """Keep the best healthy run; set the fitted attributes; warn once about degeneracy.
+
+        A run is degenerate when its EM stopped on a :class:`~bayesvmf._mixture.Status`
+        (appendix B of [1]_) or when :func:`bayesvmf._guards.diagnose` finds a degenerate
+        component in its final state (empty, at ``kappa_max``, a near-uniform background);
+        :func:`bayesvmf._guards.select_run` keeps the best of the others. With the training
+        ``data``, the kept run is diagnosed again with the effective number of rows of each
+        component (one vector carrying it), from the responsibilities of the pass that also
+        gives ``labels_``. One warning at most: the runs' statuses
+        (:func:`bayesvmf._mixture.warn_degenerate`) when every run stopped on one, else the
+        kept state's degenerate components (:func:`bayesvmf._guards.warn_components`), else
+        the discarded runs' statuses.
+        """
         state = _em.EMState(*(np.asarray(a) for a in state))
         statuses, bound = state.status, state.bound
+        n_runs = len(statuses)
+        n_rows = data.shape[0] if data is not None else None
+        if isinstance(data, _parallel.RowBlocks):
+            n_rows = data.n_samples
+
+        def diagnosis(i, effective_rows=None):
+            weights = np.exp(state.log_weights[i])
+            return _guards.diagnose(
+                weights / weights.sum(),
+                # without data, weights alone: only a component below a millionth is empty
+                n_rows=n_rows if n_rows is not None else 1.0 / _mixture.EMPTY_RESP_SUM,
+                kappa=state.kappa[i],
+                kappa_max=float(self.kappa_max),
+                effective_rows=effective_rows,
+            )
+
+        diagnoses = [diagnosis(i) for i in range(n_runs)]
         healthy = statuses == Status.OK
-        candidates = np.where(healthy, bound, -np.inf) if healthy.any() else bound
-        best = _mixture.best_run(candidates, float(self.tol))
-        _mixture.warn_degenerate(statuses, type(self).__name__, stacklevel=5)
+        runs = np.flatnonzero(healthy) if healthy.any() else np.arange(n_runs)
+        best = int(
+            runs[_guards.select_run(bound[runs], [diagnoses[i] for i in runs], float(self.tol))]
+        )
         run = _em._take(state, best)
         self._best_state = run
         weights = np.exp(np.asarray(run.log_weights[0]))
@@ -434,11 +487,30 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         self.run_statuses_ = np.asarray(statuses)
         self.run_lower_bounds_ = np.asarray(bound)
         self.run_n_iter_ = np.asarray(state.n_iter)
+        if data is not None:
+            wlp = self._training_weighted_log_prob(data)
+            self._fit_labels = np.argmax(wlp, axis=1)
+            resp = np.exp(wlp - scipy.special.logsumexp(wlp, axis=1, keepdims=True))
+            diagnoses[best] = diagnosis(best, _guards.effective_counts(resp))
+        kept = diagnoses[best]
+        n_degenerate = int(sum(s != Status.OK or d.degenerate for s, d in zip(statuses, diagnoses)))
+        _guards.report(self, kept, n_degenerate)
+        if self.status_ == Status.OK and kept.degenerate:
+            _guards.warn_components(
+                kept,
+                type(self).__name__,
+                "Try shared_kappa=True, fewer components or more restarts (n_init).",
+                n_runs=n_runs,
+                n_degenerate_runs=n_degenerate,
+                stacklevel=6,
+            )
+        else:
+            _mixture.warn_degenerate(statuses, type(self).__name__, stacklevel=6)
         if self.status_ == Status.OK and not self.converged_ and self.max_iter > 0:
             warnings.warn(
-                f"{type(self).__name__}: the best of {len(statuses)} runs did not converge "
-                f"within max_iter={self.max_iter} iterations (tol={self.tol}); increase max_iter "
-                "or tol.",
+                f"{type(self).__name__}: the best of {n_runs} runs did not converge "
+                f"within max_iter={self.max_iter} iterations (tol={self.tol}, "
+                f"rtol={self.rtol}); increase max_iter, tol or rtol.",
                 _mixture.ConvergenceWarning,
                 stacklevel=5,
             )
