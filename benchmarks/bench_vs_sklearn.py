@@ -284,7 +284,9 @@ def to_markdown(out):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--large", action="store_true", help="dense case at n = 500,000 too")
+    parser.add_argument(
+        "--large", "--full", action="store_true", help="dense case at n = 500,000 too"
+    )
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--skip-first-fit", action="store_true")
     parser.add_argument("--only", nargs="+", choices=["dense", "large", "tfidf"])

@@ -59,9 +59,13 @@ def test_settled_is_absolute_plus_relative():
     with jax.enable_x64(True):
         bound = np.array([400.0, 400.0, -2.0, 1.0])
         previous = np.array([400.0 - 4e-4, 400.0 - 6e-4, -2.0 - 1e-6, 1.0 - 3e-6])
-        got = np.asarray(S.settled(bound, previous, 1e-6, 1e-6))
+        got = np.asarray(S.settled(bound, previous, 1e-6, 1e-6, 0.0))
+        # relative to the gain over the uniform log density (399.8 for the first row)
+        shifted = np.asarray(S.settled(bound, previous, 0.0, 1e-3, np.array([399.8, 0, 0, 0])))
     # 4e-4 <= 1e-6 + 4e-4; 6e-4 > 4.01e-4; |-2| gives 3e-6 >= 1e-6; 3e-6 > 2e-6
     assert got.tolist() == [True, False, True, False]
+    # 4e-4 > 1e-3 * 0.2; 6e-4 <= 0.4; 1e-6 <= 2e-3; 3e-6 <= 1e-3
+    assert shifted.tolist() == [False, True, True, True]
 
 
 def test_defaults_fit_and_new_parameters(small):

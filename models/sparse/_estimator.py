@@ -69,12 +69,14 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         Maximal number of EM iterations per run.
     tol : float, default 1e-6
         Absolute convergence threshold on the change of the penalised log-likelihood per
-        row: a run has converged when the change is at most ``tol + rtol * |bound|``.
+        row: a run has converged when the change is at most
+        ``tol + rtol * |bound - log C_d(0)|``.
     rtol : float, default 1e-6
-        Relative part of that threshold (:func:`bayesvmf.models.sparse.settled`). The bound
-        per row grows with d and the concentrations (about 400 for d = 256, kappa 150-400),
-        where EM's last iterations creep without changing the partition; ``rtol=0`` is the
-        absolute test of earlier versions.
+        Relative part of that threshold (:func:`bayesvmf.models.sparse.settled`): relative
+        to the gain per row over the uniform distribution, ``|bound - log C_d(0)|``, which
+        grows with the concentrations (about 64 for d = 256, kappa 150-400), where EM's last
+        iterations creep without changing the partition; ``rtol=0`` is the absolute test of
+        earlier versions.
     init : str or array of int of shape (n_samples,), default "greedy-spherical-kmeans++"
         "random" is Algorithm 4 of [1]_ (K distinct rows, crisp assignment; the default of
         earlier versions); "spherical-kmeans++" seeds by k-means++ on the cosine
@@ -270,7 +272,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             progress=progress,
         )
 
-    def _fit(self, data, rng_key, beta: float | None = None) -> None:
+    def _fit(self, data, rng_key, beta: float | None = None, labels: bool = True) -> None:
         if isinstance(self.init, str):
             state = _em.init_state(
                 rng_key,
@@ -297,7 +299,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         finally:
             if progress is not None:
                 progress.close()
-        self._set_from_batch(state, data)
+        self._set_from_batch(state, data, labels=labels)
 
     def _blocks(self, Xc, bucket: bool = False) -> _parallel.RowBlocks:
         """Return checked data as row blocks: one per device of ``devices``, padded."""
@@ -325,7 +327,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
 
     def _training_weighted_log_prob(self, data) -> np.ndarray:
         """Return log alpha_k + log f_k(x_i) of the training rows at the kept run."""
-        if self.devices is None:
+        if not isinstance(data, _parallel.RowBlocks):
             return np.asarray(self._estimate_weighted_log_prob(data))
         run = self._best_state
         return _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
@@ -384,7 +386,8 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             if first:
                 # the chunk's rows stand for weight_rows rows: scale the penalty accordingly
                 chunk_beta = self.beta * Xc.shape[0] / weight_rows
-                self._fit(data, self._make_key(), beta=chunk_beta)
+                # (no pass for the chunk's labels and their diagnosis: not kept)
+                self._fit(data, self._make_key(), beta=chunk_beta, labels=False)
                 run = self._best_state
                 k, d = run.mu.shape[1:]
                 online = _stepwise._OnlineState(
@@ -409,7 +412,6 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                 np.float64(self.kappa_max),
                 shared_kappa=bool(self.shared_kappa),
             )
-            self.__dict__.pop("_fit_labels", None)  # of the first chunk: not wanted here
             self._online = _stepwise._OnlineState(stats, log_weights, mu, kappa)
             mu_host = np.asarray(mu)
         weights = np.exp(np.asarray(log_weights))
@@ -434,16 +436,16 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             )
         return self
 
-    def _set_from_batch(self, state: _em.EMState, data=None) -> int:
+    def _set_from_batch(self, state: _em.EMState, data=None, labels: bool = True) -> int:
         """Keep the best healthy run; set the fitted attributes; warn once about degeneracy.
 
         A run is degenerate when its EM stopped on a :class:`~bayesvmf._mixture.Status`
         (appendix B of [1]_) or when :func:`bayesvmf._guards.diagnose` finds a degenerate
         component in its final state (empty, at ``kappa_max``, a near-uniform background);
         :func:`bayesvmf._guards.select_run` keeps the best of the others. With the training
-        ``data``, the kept run is diagnosed again with the effective number of rows of each
-        component (one vector carrying it), from the responsibilities of the pass that also
-        gives ``labels_``. One warning at most: the runs' statuses
+        ``data`` and ``labels``, the kept run is diagnosed again with the effective number of
+        rows of each component (one vector carrying it), from the responsibilities of the
+        pass that also gives ``labels_``. One warning at most: the runs' statuses
         (:func:`bayesvmf._mixture.warn_degenerate`) when every run stopped on one, else the
         kept state's degenerate components (:func:`bayesvmf._guards.warn_components`), else
         the discarded runs' statuses.
@@ -487,7 +489,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         self.run_statuses_ = np.asarray(statuses)
         self.run_lower_bounds_ = np.asarray(bound)
         self.run_n_iter_ = np.asarray(state.n_iter)
-        if data is not None:
+        if data is not None and labels:
             wlp = self._training_weighted_log_prob(data)
             self._fit_labels = np.argmax(wlp, axis=1)
             resp = np.exp(wlp - scipy.special.logsumexp(wlp, axis=1, keepdims=True))
