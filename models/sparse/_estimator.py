@@ -71,7 +71,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         Absolute convergence threshold on the change of the penalised log-likelihood per
         row: a run has converged when the change is at most
         ``tol + rtol * |bound - log C_d(0)|``.
-    rtol : float, default 1e-6
+    rtol : float, default 1e-5
         Relative part of that threshold (:func:`bayesvmf.models.sparse.settled`): relative
         to the gain per row over the uniform distribution, ``|bound - log C_d(0)|``, which
         grows with the concentrations (about 64 for d = 256, kappa 150-400), where EM's last
@@ -227,7 +227,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         n_init: int = 1,
         max_iter: int = 1000,
         tol: float = 1e-6,
-        rtol: float = 1e-6,
+        rtol: float = 1e-5,
         init: str = "greedy-spherical-kmeans++",
         kmeans_iter: int = 20,
         kappa_max: float = 1e6,
