@@ -272,7 +272,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             progress=progress,
         )
 
-    def _fit(self, data, rng_key, beta: float | None = None, labels: bool = True) -> None:
+    def _fit(self, data, rng_key, beta: float | None = None, with_labels: bool = True) -> None:
         if isinstance(self.init, str):
             state = _em.init_state(
                 rng_key,
@@ -299,7 +299,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         finally:
             if progress is not None:
                 progress.close()
-        self._set_from_batch(state, data, labels=labels)
+        self._set_from_batch(state, data, with_labels=with_labels)
 
     def _blocks(self, Xc, bucket: bool = False) -> _parallel.RowBlocks:
         """Return checked data as row blocks: one per device of ``devices``, padded."""
@@ -387,7 +387,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                 # the chunk's rows stand for weight_rows rows: scale the penalty accordingly
                 chunk_beta = self.beta * Xc.shape[0] / weight_rows
                 # (no pass for the chunk's labels and their diagnosis: not kept)
-                self._fit(data, self._make_key(), beta=chunk_beta, labels=False)
+                self._fit(data, self._make_key(), beta=chunk_beta, with_labels=False)
                 run = self._best_state
                 k, d = run.mu.shape[1:]
                 online = _stepwise._OnlineState(
@@ -436,14 +436,14 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             )
         return self
 
-    def _set_from_batch(self, state: _em.EMState, data=None, labels: bool = True) -> int:
+    def _set_from_batch(self, state: _em.EMState, data=None, with_labels: bool = True) -> int:
         """Keep the best healthy run; set the fitted attributes; warn once about degeneracy.
 
         A run is degenerate when its EM stopped on a :class:`~bayesvmf._mixture.Status`
         (appendix B of [1]_) or when :func:`bayesvmf._guards.diagnose` finds a degenerate
         component in its final state (empty, at ``kappa_max``, a near-uniform background);
         :func:`bayesvmf._guards.select_run` keeps the best of the others. With the training
-        ``data`` and ``labels``, the kept run is diagnosed again with the effective number of
+        ``data`` and ``with_labels``, the kept run is diagnosed again with the effective number of
         rows of each component (one vector carrying it), from the responsibilities of the
         pass that also gives ``labels_``. One warning at most: the runs' statuses
         (:func:`bayesvmf._mixture.warn_degenerate`) when every run stopped on one, else the
@@ -489,7 +489,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         self.run_statuses_ = np.asarray(statuses)
         self.run_lower_bounds_ = np.asarray(bound)
         self.run_n_iter_ = np.asarray(state.n_iter)
-        if data is not None and labels:
+        if data is not None and with_labels:
             wlp = self._training_weighted_log_prob(data)
             self._fit_labels = np.argmax(wlp, axis=1)
             resp = np.exp(wlp - scipy.special.logsumexp(wlp, axis=1, keepdims=True))
