@@ -5,7 +5,12 @@ and greedy k-means++ seeding (the defaults), checked against NumPy; the guards o
 bayesvmf._guards on the kept run (a near-uniform background component), one warning per fit.
 """
 
+import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import jax
@@ -151,3 +156,54 @@ def test_collapsed_runs_warn_once(small):
     assert "all 2 runs degenerated" in str(degenerate[0].message)
     assert model.n_degenerate_restarts_ == 2
     assert model.degenerate_components_.tolist() == [0, 1, 2]  # every kappa at the cap
+
+
+SHARDED_DEFAULTS = textwrap.dedent(
+    """
+    import json
+    import jax, numpy as np, scipy.sparse as sp
+    from bayesvmf.models import SparseVMFMixture
+
+    rng = np.random.default_rng(3)
+    n, d, K = 101, 30, 3  # odd n: the second device holds a padding row
+    centres = 4 * rng.normal(size=(K, d))
+    X = np.abs(centres[rng.integers(0, K, n)] + rng.normal(size=(n, d)))
+    X = sp.csr_matrix(np.where(X > 1.0, X, 0.0))
+    out = {"n_devices": len(jax.devices())}
+    for name, devices in (("one", None), ("two", 2)):
+        m = SparseVMFMixture(K, random_state=0, devices=devices)  # the defaults
+        out[name] = {"labels": m.fit_predict(X).tolist(), "mu": m.mean_directions_.tolist(),
+                     "kappa": m.concentrations_.tolist(), "n_iter": m.n_iter_}
+    print(json.dumps(out))
+    """
+)
+
+
+def test_defaults_over_two_devices_equal_one_device():
+    """The hard k-means passes inside the sharded program (a while_loop whose test reads
+    statistics summed over devices) finish and give the one-device fit: float32 products
+    summed in another order, so the parameters agree to float32 accuracy."""
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "JAX_PLATFORMS": "cpu",
+    }
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", SHARDED_DEFAULTS],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the two-device fit did not finish in 300 s")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["n_devices"] == 2
+    one, two = out["one"], out["two"]
+    assert one["labels"] == two["labels"] and len(set(one["labels"])) == 3
+    assert one["n_iter"] == two["n_iter"]
+    np.testing.assert_allclose(two["mu"], one["mu"], atol=1e-5)
+    np.testing.assert_allclose(two["kappa"], one["kappa"], rtol=1e-4)
