@@ -21,8 +21,9 @@ Symbols (code name <-> paper):
 
 Numerics: the estimators run their steps inside a scoped ``jax.enable_x64(True)`` block
 (never a global flag). Log-normalisers, kappa solves and likelihood sums are float64; the two
-data products run in the dtype of the stored data values (float64 by default, float32 with
-``dtype="mixed"``, docs/design.md section 5) and are cast back to float64. On CPU the sparse
+data products run in the dtype of the stored data values (float32 with ``dtype="mixed"``,
+SparseVMFMixture's default; float64 with ``dtype="float64"``; docs/design.md section 5) and
+are cast back to float64. Dense products are XLA dots (BLAS-class kernels on CPU). On CPU the sparse
 products call SciPy's compiled CSR/CSC kernels through ``jax.pure_callback`` (the floor of
 docs/design.md section 5 itself); elsewhere they are sorted ``segment_sum`` programs
 (:class:`SparseData`).

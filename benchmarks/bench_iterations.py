@@ -86,7 +86,7 @@ def em_iteration(data, K):
         kappa_max=1e6,
     )
     # tol < 0 and a huge max_iter: the run never stops, so every call does a full iteration
-    args = (np.float64(0.0), np.float64(1e6), np.float64(-1.0), np.int64(10**9))
+    args = (np.float64(0.0), np.float64(1e6), np.float64(-1.0), np.float64(0.0), np.int64(10**9))
     for _ in range(20):  # move away from the initialisation, then time from a fixed state
         state, _ = S.em_step(state, data, *args, shared_kappa=True)
     # EM's labels (closest mean direction) start the Bayesian models on the same clusters

@@ -339,7 +339,7 @@ def bench_large(Xn, build_s, out, rounds=5):
     n, d = Xn.shape
     rng = np.random.default_rng(1)
     M, R = rng.normal(size=(d, K)), rng.random((n, K))
-    args = (np.float64(0.0), np.float64(1e6), np.float64(-1.0), np.int64(10**6))
+    args = (np.float64(0.0), np.float64(1e6), np.float64(-1.0), np.float64(0.0), np.int64(10**6))
     steps, first = {}, {}
     with jax.enable_x64(True):
         for dtype, jdtype in (("mixed", np.float32), ("float64", np.float64)):

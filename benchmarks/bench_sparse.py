@@ -86,7 +86,7 @@ def bench_iteration(X, out, rounds=15):
     M = rng.normal(size=(d, K))
     R = rng.random((n, K))
     Xn = sp.csr_matrix(Xc.multiply(1 / np.sqrt(Xc.multiply(Xc).sum(axis=1))))
-    args = (np.float64(0.0), np.float64(1e6), np.float64(-1.0), np.int64(10**6))
+    args = (np.float64(0.0), np.float64(1e6), np.float64(-1.0), np.float64(0.0), np.int64(10**6))
     steps = {}
     with jax.enable_x64(True):
         for kernel in KERNELS:

@@ -27,6 +27,11 @@ ITERATION_TARGET = 1.5  # one EM/VEM/VI iteration within 1.5x of the two-product
 MEMORY_TARGET = 2.0  # peak memory within 2x of the data plus the parameters
 STREAM_TARGET = 0.01  # streamed log-likelihood within 1% of the batch fit
 R_SECONDS_PER_ITERATION = 350 / 73  # reference R package, 20-Newsgroups size (issue 8)
+#: issue 19 targets (whole fits against scikit-learn's KMeans, bench_vs_sklearn.py)
+VS_KMEANS_TARGET = 1.0  # SparseVMFMixture no slower than KMeans
+VI_VS_KMEANS_TARGET = 1.5  # BayesianVMFMixture VI within 1.5x of KMeans (dense case)
+DENSE_ARI_MARGIN = 0.01  # dense case: ARI >= KMeans' - 0.01
+TFIDF_ARI_FRACTION = 0.99  # tf-idf case: ARI >= 0.99 KMeans'
 
 #: keys, anywhere in a results file, holding the ratio of one iteration to its floor
 FLOOR_RATIO_KEY = re.compile(r"(over_floor|iteration.*_ratio|ratio_to_floor)$")
@@ -71,6 +76,42 @@ def _verdict(value, target, lower_is_better=True):
     if met:
         return "met"
     return f"missed ({value / target:.2f}x the target)" if lower_is_better else "missed"
+
+
+def vs_sklearn_rows(data: dict) -> list[tuple[str, str, str, str]]:
+    """Issue 19's acceptance rows from vs_sklearn.json (best times, mean held-out ARI)."""
+    rows = []
+    for case in data.get("cases", []):
+        by_name = {r["estimator"]: r for r in case["rows"]}
+        kmeans = by_name.get("KMeans")
+        if kmeans is None:
+            continue
+        dense = case["case"].startswith("Dense")
+        checks = [("SparseVMFMixture", VS_KMEANS_TARGET, "no slower than KMeans")]
+        if dense:
+            checks.append(("BayesianVMFMixture", VI_VS_KMEANS_TARGET, "VI within 1.5x KMeans"))
+        for name, target, what in checks:
+            r = by_name.get(name)
+            if r is None:
+                continue
+            if dense:
+                ari_ok = r["mean_ari"] >= kmeans["mean_ari"] - DENSE_ARI_MARGIN
+                ari_text = f"ARI {r['mean_ari']:.3f} vs {kmeans['mean_ari']:.3f} (- 0.01)"
+            else:
+                ari_ok = r["mean_ari"] >= TFIDF_ARI_FRACTION * kmeans["mean_ari"]
+                ari_text = f"ARI {r['mean_ari']:.3f} vs {kmeans['mean_ari']:.3f} (x 0.99)"
+            converged = all(r["converged"])
+            met = r["ratio_to_kmeans"] <= target and (name != "SparseVMFMixture" or ari_ok)
+            met = met and (name != "SparseVMFMixture" or not dense or converged)
+            rows.append(
+                (
+                    f"{name} {what} (issue 19; best of the repeats, defaults but K)",
+                    f"vs_sklearn.json: {case['case']}",
+                    f"{r['ratio_to_kmeans']:.2f}x; {ari_text}; converged {converged}",
+                    "met" if met else "missed",
+                )
+            )
+    return rows
 
 
 def summarise(results: dict[str, dict], runs: list[dict]) -> str:
@@ -174,6 +215,8 @@ def summarise(results: dict[str, dict], runs: list[dict]) -> str:
                 )
             )
 
+    rows += vs_sklearn_rows(results.get("vs_sklearn", {}))
+
     sparse = results.get("sparse", {})
     for dtype in ("mixed", "float64"):
         key = f"fit_100_iterations_{dtype}_s"
@@ -242,7 +285,7 @@ def summarise(results: dict[str, dict], runs: list[dict]) -> str:
             ", ".join(
                 f"{n}.json"
                 for n in sorted(results)
-                if n not in ("scale", "sparse", "distribution")
+                if n not in ("scale", "sparse", "distribution", "vs_sklearn")
                 and not any(
                     FLOOR_RATIO_KEY.search(p[-1]) or EM_RATIO_KEY.search(p[-1])
                     for p, _ in _walk(results[n])

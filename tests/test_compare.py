@@ -202,7 +202,9 @@ def test_sparse_starts_from_the_given_partition(blobs):
     X = blobs[0]
     labels = shared_initial_labels(X, 3, seed=0)
     before = labels.copy()
-    model = SparseVMFMixture(3, init=labels, max_iter=0).fit(X)  # parameters of the start
+    # float64 products: the parameters of the start to 1e-10 (the default "mixed" runs them
+    # in float32)
+    model = SparseVMFMixture(3, init=labels, max_iter=0, dtype="float64").fit(X)
     np.testing.assert_array_equal(labels, before)  # the caller's labels are not modified
     counts = np.bincount(labels, minlength=3)
     np.testing.assert_allclose(model.weights_, counts / len(labels), rtol=1e-12)

@@ -38,7 +38,10 @@ SCRIPT = textwrap.dedent(
     out = {"n_devices": len(jax.devices())}
 
     def fit(data, devices, **kw):
-        m = SparseVMFMixture(K, n_init=2, tol=1e-10, devices=devices, **kw)
+        # the defaults before issue 19 (float64 products, random rows, no hard k-means
+        # passes, absolute convergence test): the comparisons below are to 1e-10
+        m = SparseVMFMixture(K, n_init=2, tol=1e-10, devices=devices, init="random",
+                             kmeans_iter=0, dtype="float64", rtol=0.0, **kw)
         labels = m.fit_predict(data)
         return {
             "labels": labels.tolist(),
@@ -563,8 +566,10 @@ CLASSIC3_SCRIPT = textwrap.dedent(
 
     def fit(devices):
         if model == "sparse":
+            # the defaults before issue 19 (float64 products...), for the 1e-10 comparisons
             m = SparseVMFMixture(3, shared_kappa=option == "shared", n_init=1, max_iter=8,
-                                 tol=1e-12, random_state=0, devices=devices)
+                                 tol=1e-12, random_state=0, devices=devices, init="random",
+                                 kmeans_iter=0, dtype="float64", rtol=0.0)
             labels = m.fit_predict(X)
             return {"labels": labels.tolist(), "weights": m.weights_.tolist(),
                     "mu": m.mean_directions_.tolist(), "kappa": m.concentrations_.tolist(),

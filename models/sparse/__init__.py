@@ -51,6 +51,8 @@ from bayesvmf.models.sparse._em import (
     init_state_from_labels,
     m_step,
     run_em,
+    settled,
+    spherical_kmeans,
 )
 from bayesvmf.models.sparse._estimator import SparseVMFMixture
 from bayesvmf.models.sparse._online import OnlineStats, online_em_step
@@ -72,6 +74,8 @@ __all__ = [
     "fresh_state",
     "m_step",
     "run_em",
+    "settled",
+    "spherical_kmeans",
     "OnlineStats",
     "online_em_step",
     "SparseVMFMixture",

@@ -204,12 +204,12 @@ def m_step(resultant, resp_sum, kappa, beta, kappa_max, *, shared_kappa: bool):
 @functools.partial(
     jax.jit, static_argnames=("shared_kappa",), compiler_options=_mixture.JIT_OPTIONS
 )
-def em_step(state: EMState, data, beta, kappa_max, tol, max_iter, *, shared_kappa: bool):
+def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, shared_kappa: bool):
     """One EM iteration of every run of a batch (Algorithm 2 of [1]_), one jitted program.
 
     Per run: a data pass at the current parameters (log C_d(kappa), the log-space E-step of
     eqs. (15)-(17), the resultants of eq. (23), the penalised bound of eq. (11)), the
-    convergence test (change of the bound per row at most ``tol``), then the M-step
+    convergence test (:func:`settled`), then the M-step
     (:func:`m_step`) if the run is still active. A degenerate M-step keeps the previous
     (finite) parameters and sets the run's status. Runs that are converged, degenerate or at
     ``max_iter`` only refresh their data-pass quantities, so after a step in which no run was
@@ -217,7 +217,8 @@ def em_step(state: EMState, data, beta, kappa_max, tol, max_iter, *, shared_kapp
 
     Jitted once at module level; d is static (from the data shape), so the special-function
     branch is chosen at trace time, and the numbers ``beta``, ``kappa_max``, ``tol``,
-    ``max_iter`` are traced: nothing recompiles across iterations, restarts or path steps.
+    ``rtol``, ``max_iter`` are traced: nothing recompiles across iterations, restarts or path
+    steps.
 
     Parameters
     ----------
@@ -226,7 +227,7 @@ def em_step(state: EMState, data, beta, kappa_max, tol, max_iter, *, shared_kapp
     data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
         Row blocks on a mesh of devices run the data pass on every device's rows and add
         the statistics over devices (``psum``); the M-step runs replicated.
-    beta, kappa_max, tol : float64 scalars
+    beta, kappa_max, tol, rtol : float64 scalars
     max_iter : int64 scalar
     shared_kappa : bool (static)
 
@@ -241,14 +242,30 @@ def em_step(state: EMState, data, beta, kappa_max, tol, max_iter, *, shared_kapp
     # the E-step statistics are summed over devices (psum), the M-step runs replicated
     return _parallel.map_blocks(
         functools.partial(_em_step_body, shared_kappa=shared_kappa),
-        (state, beta, kappa_max, tol, max_iter),
+        (state, beta, kappa_max, tol, rtol, max_iter),
         data,
     )
 
 
+def settled(bound, previous, tol, rtol, uniform):
+    """Convergence test of one run: ``|bound - previous| <= tol + rtol |bound - uniform|``.
+
+    ``bound`` is the penalised log-likelihood per row (eq. (11) / n), ``uniform`` the log
+    density of the uniform distribution on the sphere, log C_d(0). The log-likelihood has
+    an arbitrary additive scale (the density is relative to the surface measure: log C_d(0)
+    is about +344 at d = 256 and +96,000 at d = 26,214), so the relative part compares the
+    change with the gain per row over the uniform model, which does not depend on it. An
+    absolute threshold alone asks for ever smaller relative changes on concentrated data,
+    where EM's last iterations creep (benchmarks/results/vs_sklearn.md: dozens of
+    iterations for no better partition). ``rtol = 0`` is the absolute test of earlier
+    versions.
+    """
+    return jnp.abs(bound - previous) <= tol + rtol * jnp.abs(bound - uniform)
+
+
 def _em_step_body(args, data, *, shared_kappa: bool):
     """Body of :func:`em_step` on plain data or on one block of rows (see map_blocks)."""
-    state, beta, kappa_max, tol, max_iter = args
+    state, beta, kappa_max, tol, rtol, max_iter = args
     n_samples, n_features = data.shape
 
     def one(s: EMState):
@@ -259,7 +276,10 @@ def _em_step_body(args, data, *, shared_kappa: bool):
         bound = penalised_bound(log_likelihood, s.mu, beta, n_samples)
         healthy = s.status == Status.OK
         converged = s.converged | (
-            (~s.converged) & healthy & (s.n_iter > 0) & (jnp.abs(bound - s.bound) <= tol)
+            (~s.converged)
+            & healthy
+            & (s.n_iter > 0)
+            & settled(bound, s.bound, tol, rtol, _mixture.log_normalizer(n_features, 0.0))
         )
         active = (~converged) & healthy & (s.n_iter < max_iter)
         new_lw, new_mu, new_kappa, new_status = _m_step(
@@ -283,21 +303,77 @@ def _em_step_body(args, data, *, shared_kappa: bool):
     return new_state, jnp.any(active)
 
 
+#: Hard passes stop early when one raises the spherical k-means objective sum_i max_k x_i.mu_k
+#: by at most this fraction (Lloyd's iterations never lower it).
+HARD_RTOL = 1e-6
+
+
+def _normalised(resultant, fallback):
+    """Rows of ``resultant`` scaled to unit norm; ``fallback``'s row where a row is zero."""
+    norm = jnp.linalg.norm(resultant, axis=-1, keepdims=True)
+    tiny = jnp.finfo(resultant.dtype).tiny
+    return jnp.where(norm > 0, resultant / jnp.maximum(norm, tiny), fallback)
+
+
+def spherical_kmeans(data, mu, max_passes):
+    """Refine mean directions by hard spherical k-means passes (Lloyd; Banerjee et al. [2]_).
+
+    Each pass assigns every row to its closest direction by cosine and replaces each
+    direction by its cluster's normalised resultant (an empty cluster keeps its direction):
+    the limit of EM's steps as every kappa grows alike, at the cost of the same two data
+    products without a log-normaliser or a soft assignment. Passes stop after
+    ``max_passes`` or once a pass raises the objective sum_k mu_k . r_k by at most
+    :data:`HARD_RTOL` relative. On row blocks the statistics are summed over devices before
+    the test, so every device runs the same number of passes.
+
+    Parameters
+    ----------
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    mu : jax.Array of shape (K, d)
+        Seeds (unit rows).
+    max_passes : int64 scalar (traced)
+
+    Returns
+    -------
+    mu : jax.Array of shape (K, d)
+    """
+
+    def keep_going(carry):
+        it, _, gain, score = carry
+        return (it < max_passes) & (gain > HARD_RTOL * jnp.abs(score))
+
+    def one_pass(carry):
+        it, mu, _, previous = carry
+        resultant, _ = _parallel.crisp_statistics(data, mu)
+        # the objective of this assignment at the directions that made it
+        score = jnp.sum(mu * resultant)
+        return it + 1, _normalised(resultant, mu), score - previous, score
+
+    # (gain, score) = (inf, 0): the first pass always runs
+    init = (jnp.zeros((), max_passes.dtype), mu, jnp.asarray(jnp.inf), jnp.asarray(0.0))
+    return jax.lax.while_loop(keep_going, one_pass, init)[1]
+
+
 @functools.partial(
     jax.jit,
-    static_argnames=("n_components", "init", "shared_kappa"),
+    static_argnames=("n_components", "init", "shared_kappa", "refine"),
     compiler_options=_mixture.JIT_OPTIONS,
 )
-def _init_batch(keys, data, kappa_max, n_components, init, shared_kappa):
+def _init_batch(keys, data, kappa_max, hard_iter, n_components, init, shared_kappa, refine):
     """Seeds, crisp statistics and parameters of every restart (Algorithm 4 of [1]_)."""
     _mixture.count_trace("sparse.init")
 
     def batch(args, data):
-        keys, kappa_max = args
+        keys, kappa_max, hard_iter = args
 
         def one(key):
             mu = _parallel.INIT_METHODS[init](key, data, n_components)
+            if refine:
+                mu = spherical_kmeans(data, mu, hard_iter)
             resultant, resp_sum = _parallel.crisp_statistics(data, mu)
+            if refine:
+                # the M-step of the final partition (as init_state_from_labels)
+                mu = _normalised(resultant, mu)
             rho = _rho(mu, resultant, resp_sum, shared_kappa)
             kappa, collapsed = _mixture.solve_kappa(data.shape[1], rho, kappa_max)
             return _log_weights(resp_sum), mu, kappa, _status(resp_sum, rho, collapsed)
@@ -305,16 +381,19 @@ def _init_batch(keys, data, kappa_max, n_components, init, shared_kappa):
         return jax.vmap(one)(keys)
 
     # sharded data: seeds and crisp statistics from every device's rows (see em_step)
-    return _parallel.map_blocks(batch, (keys, kappa_max), data)
+    return _parallel.map_blocks(batch, (keys, kappa_max, hard_iter), data)
 
 
-def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa_max):
+def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa_max, hard_iter=0):
     """Initialise ``n_init`` runs by Algorithm 4 of [1]_ (or spherical k-means++ seeds).
 
     Seeds become the mean directions; every row is assigned to its closest seed by cosine;
     alpha_k are the cluster proportions and kappa solves eq. (21) with the crisp
-    responsibilities and the seeds as mu_k (shared: eq. (27)). Each run has its own key;
-    all runs are initialised by one vmapped, jitted program.
+    responsibilities and the seeds as mu_k (shared: eq. (27)). With ``hard_iter > 0`` the
+    seeds are first refined by at most that many hard spherical k-means passes
+    (:func:`spherical_kmeans`) and mu_k are the normalised resultants of the final
+    partition. Each run has its own key; all runs are initialised by one vmapped, jitted
+    program.
 
     Returns
     -------
@@ -322,7 +401,14 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     """
     keys = jax.random.split(rng_key, n_init)
     log_weights, mu, kappa, status = _init_batch(
-        keys, data, np.float64(kappa_max), int(n_components), init, bool(shared_kappa)
+        keys,
+        data,
+        np.float64(kappa_max),
+        np.int64(hard_iter),
+        int(n_components),
+        init,
+        bool(shared_kappa),
+        int(hard_iter) > 0,
     )
     return fresh_state(log_weights, mu, kappa, status)
 
@@ -422,12 +508,15 @@ def run_em(
     tol: float,
     max_iter: int,
     shared_kappa: bool,
+    rtol: float = 0.0,
     progress=None,
 ) -> EMState:
     """Run Algorithm 2 of [1]_ on a batch of runs until each converges, degenerates or stops.
 
-    Calls the jitted :func:`em_step` until no run is active; the loop ends with a data pass
-    at the final parameters, so ``bound``, ``log_likelihood`` and ``resultant`` always
+    A run converges when :func:`settled` (``tol`` absolute, ``rtol`` relative; the default
+    ``rtol = 0`` is the absolute test). Calls the jitted :func:`em_step` until no run is
+    active; the loop ends with a data pass at the final parameters, so ``bound``,
+    ``log_likelihood`` and ``resultant`` always
     describe the returned parameters. This Python loop is the only one (it reads one bool
     per iteration from the device, and the runs' iteration counts when it compacts); every
     step it calls is compiled once per batch size.
@@ -448,7 +537,13 @@ def run_em(
     EMState
         Device arrays, batch axis first.
     """
-    args = (np.float64(beta), np.float64(kappa_max), np.float64(tol), np.int64(max_iter))
+    args = (
+        np.float64(beta),
+        np.float64(kappa_max),
+        np.float64(tol),
+        np.float64(rtol),
+        np.int64(max_iter),
+    )
     state = fresh_state(*state[:3], state.status)._replace(
         bound=jnp.asarray(state.bound, jnp.float64),
         n_iter=jnp.asarray(state.n_iter, jnp.int64),

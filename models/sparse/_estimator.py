@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
-from bayesvmf import _mixture, _parallel, criteria
+from bayesvmf import _guards, _mixture, _parallel, criteria
 from bayesvmf._base import check_count
 from bayesvmf._mixture import Status
 from bayesvmf.models.sparse import _em
@@ -56,31 +57,52 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
     shared_kappa : bool, default False
         One concentration for all components (sec. 3.2.3, eqs. (27)-(29)); recommended when
         n is not much larger than d (the paper's CSTR experiments).
-    n_init : int, default 10
+    n_init : int, default 1
         Number of restarts, run side by side (vectorised), each with its own key; among the
         non-degenerate ones, the first whose penalised log-likelihood per row is within
         ``tol`` of the best is kept (:func:`bayesvmf._mixture.best_run`: near-ties are one
         optimum, often with permuted labels, and the choice must not hang on rounding).
+        One greedy k-means++ start is scikit-learn's ``KMeans`` default too
+        (``n_init="auto"``); earlier versions used 10 random starts
+        (benchmarks/results/vs_sklearn.md compares).
     max_iter : int, default 1000
         Maximal number of EM iterations per run.
     tol : float, default 1e-6
-        Convergence threshold on the change of the penalised log-likelihood per row.
-    init : str or array of int of shape (n_samples,), default "random"
-        "random" is Algorithm 4 of [1]_ (K distinct rows, crisp assignment);
-        "spherical-kmeans++" seeds by k-means++ on the cosine dissimilarity;
-        "greedy-spherical-kmeans++" keeps the best of 2 + floor(ln K) candidates per seed
-        (the seeding of scikit-learn's KMeans; benchmarks/results/scale.md compares them).
+        Absolute convergence threshold on the change of the penalised log-likelihood per
+        row: a run has converged when the change is at most
+        ``tol + rtol * |bound - log C_d(0)|``.
+    rtol : float, default 1e-5
+        Relative part of that threshold (:func:`bayesvmf.models.sparse.settled`): relative
+        to the gain per row over the uniform distribution, ``|bound - log C_d(0)|``, which
+        grows with the concentrations (about 64 for d = 256, kappa 150-400), where EM's last
+        iterations creep without changing the partition; ``rtol=0`` is the absolute test of
+        earlier versions.
+    init : str or array of int of shape (n_samples,), default "greedy-spherical-kmeans++"
+        "random" is Algorithm 4 of [1]_ (K distinct rows, crisp assignment; the default of
+        earlier versions); "spherical-kmeans++" seeds by k-means++ on the cosine
+        dissimilarity; "greedy-spherical-kmeans++" keeps the best of 2 + floor(ln K)
+        candidates per seed (the seeding of scikit-learn's KMeans;
+        benchmarks/results/scale.md compares them).
         An array of labels in ``[0, K)`` (every component used) starts EM from that
         partition (its M-step, see :func:`init_state_from_labels`), so that several
         estimators can start from the same assignments; ``n_init`` is then ignored (one
         run).
+    kmeans_iter : int, default 20
+        Hard spherical k-means passes (Lloyd's iterations on the cosine) that refine each
+        restart's seeds before EM (:func:`bayesvmf.models.sparse.spherical_kmeans`; they
+        stop early once the partition has settled); EM then starts from the M-step of the
+        final partition. 0 starts EM at the seeds (Algorithm 4 of [1]_, the behaviour of
+        earlier versions). Ignored when ``init`` is an array of labels.
     kappa_max : float, default 1e6
         Concentration cap (appendix B of [1]_); reaching it marks the run as collapsed.
     normalize : bool, default True
         Rescale rows to unit norm; with False, non-unit rows raise a ValueError.
-    dtype : {"float64", "mixed"}, default "float64"
-        "mixed" runs the two data products in float32 (docs/design.md section 5), everything else
-        in float64.
+    dtype : {"mixed", "float64"}, default "mixed"
+        "mixed" runs the two data products in float32 (docs/design.md section 5: BLAS
+        products of dense input, SciPy's of sparse input, at half the memory traffic), and
+        everything else (log-normalisers, kappa solves, likelihood sums, responsibilities) in
+        float64; "float64" (the default of earlier versions) runs the products in float64
+        too.
     random_state : None, int, numpy RandomState or Generator, or jax key, default None
         Seed of the restarts' initialisations: an int (reproducible), a NumPy
         ``RandomState`` / ``Generator`` (a seed is drawn from it at each fit), a JAX key,
@@ -119,6 +141,17 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         :class:`bayesvmf._mixture.Status` of the kept run (0 = healthy).
     run_statuses_, run_lower_bounds_, run_n_iter_ : ndarray of shape (n_init,)
         Status, penalised bound and number of EM iterations of every restart.
+    n_occupied_components_ : int
+        Components of the kept run with at least one row's weight.
+    largest_share_ : float
+        Largest fraction of the data held by one component of the kept run.
+    degenerate_components_ : ndarray of int
+        Components of the kept run that :func:`bayesvmf._guards.diagnose` finds degenerate
+        (empty, at ``kappa_max``, carried by one vector, a near-uniform background: then a
+        :class:`~bayesvmf.exceptions.DegenerateRunWarning` names them).
+    n_degenerate_restarts_ : int
+        Restarts that degenerated (a :class:`~bayesvmf._mixture.Status` or a degenerate
+        component), kept or not; the kept run is one of them only when all are.
     labels_ : ndarray of shape (n_samples,)
         After :meth:`fit`: the component of each training row (``fit_predict``'s result).
     n_features_in_ : int
@@ -164,6 +197,8 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         "init": [StrOptions(set(_mixture.INIT_METHODS)), "array-like"],
         "kappa_max": [Interval(numbers.Real, 0.0, None, closed="neither")],
         "dtype": [StrOptions({"float64", "mixed"})],
+        "rtol": [Interval(numbers.Real, 0.0, None, closed="left")],
+        "kmeans_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         # the former check/describe protocol, until bayesvmf._parallel migrates it
         "devices": _parallel.DevicesOption(),
         "learning_decay": [Interval(numbers.Real, 0.5, 1.0, closed="right")],
@@ -177,6 +212,10 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         "run_statuses_",
         "run_lower_bounds_",
         "run_n_iter_",
+        "n_occupied_components_",
+        "largest_share_",
+        "degenerate_components_",
+        "n_degenerate_restarts_",
     )
 
     def __init__(
@@ -185,13 +224,15 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         *,
         beta: float = 0.0,
         shared_kappa: bool = False,
-        n_init: int = 10,
+        n_init: int = 1,
         max_iter: int = 1000,
         tol: float = 1e-6,
-        init: str = "random",
+        rtol: float = 1e-5,
+        init: str = "greedy-spherical-kmeans++",
+        kmeans_iter: int = 20,
         kappa_max: float = 1e6,
         normalize: bool = True,
-        dtype: str = "float64",
+        dtype: str = "mixed",
         random_state=None,
         verbose: int = 0,
         devices=None,
@@ -204,7 +245,9 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
+        self.rtol = rtol
         self.init = init
+        self.kmeans_iter = kmeans_iter
         self.kappa_max = kappa_max
         self.normalize = normalize
         self.dtype = dtype
@@ -223,12 +266,13 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             beta=float(beta),
             kappa_max=float(self.kappa_max),
             tol=float(self.tol),
+            rtol=float(self.rtol),
             max_iter=int(self.max_iter),
             shared_kappa=bool(self.shared_kappa),
             progress=progress,
         )
 
-    def _fit(self, data, rng_key, beta: float | None = None) -> None:
+    def _fit(self, data, rng_key, beta: float | None = None, with_labels: bool = True) -> None:
         if isinstance(self.init, str):
             state = _em.init_state(
                 rng_key,
@@ -238,6 +282,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                 init=self.init,
                 shared_kappa=self.shared_kappa,
                 kappa_max=float(self.kappa_max),
+                hard_iter=int(self.kmeans_iter),
             )
         else:
             labels = _em._check_init_labels(self.init, data.shape[0], self.n_components)
@@ -254,7 +299,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         finally:
             if progress is not None:
                 progress.close()
-        self._set_from_batch(state)
+        self._set_from_batch(state, data, with_labels=with_labels)
 
     def _blocks(self, Xc, bucket: bool = False) -> _parallel.RowBlocks:
         """Return checked data as row blocks: one per device of ``devices``, padded."""
@@ -275,11 +320,17 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the component of each training row (on the devices of the fit)."""
-        if self.devices is None:
-            return super()._training_labels(data)
+        labels = self.__dict__.pop("_fit_labels", None)  # computed by _set_from_batch
+        if labels is not None:
+            return labels
+        return np.argmax(self._training_weighted_log_prob(data), axis=1)
+
+    def _training_weighted_log_prob(self, data) -> np.ndarray:
+        """Return log alpha_k + log f_k(x_i) of the training rows at the kept run."""
+        if not isinstance(data, _parallel.RowBlocks):
+            return np.asarray(self._estimate_weighted_log_prob(data))
         run = self._best_state
-        wlp = _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
-        return np.argmax(wlp, axis=1)
+        return _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
 
     def partial_fit(self, X, y=None, *, n_samples: int | None = None) -> SparseVMFMixture:
         """Update the model with one chunk of rows: stepwise (online) EM.
@@ -335,7 +386,8 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             if first:
                 # the chunk's rows stand for weight_rows rows: scale the penalty accordingly
                 chunk_beta = self.beta * Xc.shape[0] / weight_rows
-                self._fit(data, self._make_key(), beta=chunk_beta)
+                # (no pass for the chunk's labels and their diagnosis: not kept)
+                self._fit(data, self._make_key(), beta=chunk_beta, with_labels=False)
                 run = self._best_state
                 k, d = run.mu.shape[1:]
                 online = _stepwise._OnlineState(
@@ -384,14 +436,44 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             )
         return self
 
-    def _set_from_batch(self, state: _em.EMState) -> int:
-        """Keep the best healthy run (largest penalised bound); warn about the others."""
+    def _set_from_batch(self, state: _em.EMState, data=None, with_labels: bool = True) -> int:
+        """Keep the best healthy run; set the fitted attributes; warn once about degeneracy.
+
+        A run is degenerate when its EM stopped on a :class:`~bayesvmf._mixture.Status`
+        (appendix B of [1]_) or when :func:`bayesvmf._guards.diagnose` finds a degenerate
+        component in its final state (empty, at ``kappa_max``, a near-uniform background);
+        :func:`bayesvmf._guards.select_run` keeps the best of the others. With the training
+        ``data`` and ``with_labels``, the kept run is diagnosed again with the effective number of
+        rows of each component (one vector carrying it), from the responsibilities of the
+        pass that also gives ``labels_``. One warning at most: the runs' statuses
+        (:func:`bayesvmf._mixture.warn_degenerate`) when every run stopped on one, else the
+        kept state's degenerate components (:func:`bayesvmf._guards.warn_components`), else
+        the discarded runs' statuses.
+        """
         state = _em.EMState(*(np.asarray(a) for a in state))
         statuses, bound = state.status, state.bound
+        n_runs = len(statuses)
+        n_rows = data.shape[0] if data is not None else None
+        if isinstance(data, _parallel.RowBlocks):
+            n_rows = data.n_samples
+
+        def diagnosis(i, effective_rows=None):
+            weights = np.exp(state.log_weights[i])
+            return _guards.diagnose(
+                weights / weights.sum(),
+                # without data, weights alone: only a component below a millionth is empty
+                n_rows=n_rows if n_rows is not None else 1.0 / _mixture.EMPTY_RESP_SUM,
+                kappa=state.kappa[i],
+                kappa_max=float(self.kappa_max),
+                effective_rows=effective_rows,
+            )
+
+        diagnoses = [diagnosis(i) for i in range(n_runs)]
         healthy = statuses == Status.OK
-        candidates = np.where(healthy, bound, -np.inf) if healthy.any() else bound
-        best = _mixture.best_run(candidates, float(self.tol))
-        _mixture.warn_degenerate(statuses, type(self).__name__, stacklevel=5)
+        runs = np.flatnonzero(healthy) if healthy.any() else np.arange(n_runs)
+        best = int(
+            runs[_guards.select_run(bound[runs], [diagnoses[i] for i in runs], float(self.tol))]
+        )
         run = _em._take(state, best)
         self._best_state = run
         weights = np.exp(np.asarray(run.log_weights[0]))
@@ -407,11 +489,30 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         self.run_statuses_ = np.asarray(statuses)
         self.run_lower_bounds_ = np.asarray(bound)
         self.run_n_iter_ = np.asarray(state.n_iter)
+        if data is not None and with_labels:
+            wlp = self._training_weighted_log_prob(data)
+            self._fit_labels = np.argmax(wlp, axis=1)
+            resp = np.exp(wlp - scipy.special.logsumexp(wlp, axis=1, keepdims=True))
+            diagnoses[best] = diagnosis(best, _guards.effective_counts(resp))
+        kept = diagnoses[best]
+        n_degenerate = int(sum(s != Status.OK or d.degenerate for s, d in zip(statuses, diagnoses)))
+        _guards.report(self, kept, n_degenerate)
+        if self.status_ == Status.OK and kept.degenerate:
+            _guards.warn_components(
+                kept,
+                type(self).__name__,
+                "Try shared_kappa=True, fewer components or more restarts (n_init).",
+                n_runs=n_runs,
+                n_degenerate_runs=n_degenerate,
+                stacklevel=6,
+            )
+        else:
+            _mixture.warn_degenerate(statuses, type(self).__name__, stacklevel=6)
         if self.status_ == Status.OK and not self.converged_ and self.max_iter > 0:
             warnings.warn(
-                f"{type(self).__name__}: the best of {len(statuses)} runs did not converge "
-                f"within max_iter={self.max_iter} iterations (tol={self.tol}); increase max_iter "
-                "or tol.",
+                f"{type(self).__name__}: the best of {n_runs} runs did not converge "
+                f"within max_iter={self.max_iter} iterations (tol={self.tol}, "
+                f"rtol={self.rtol}); increase max_iter, tol or rtol.",
                 _mixture.ConvergenceWarning,
                 stacklevel=5,
             )

@@ -1,0 +1,332 @@
+"""Whole fits against scikit-learn, as users time them (issue 19).
+
+Cases:
+
+1. **Dense embeddings**: unit vectors in d = 256 from 32 vMF clusters with concentrations
+   drawn uniformly in [150, 400] (``bayesvmf.data.make_vmf_mixture``, no jitter, no
+   separability adjustment), n = 50,000 fitted and 10,000 held out (``--large``: 500,000
+   fitted and 50,000 held out).
+2. **tf-idf**: the 20-Newsgroups-size generated corpus of ``bench_sparse.make_corpus``
+   (18,846 documents, 26,214 terms, about 1.7M nonzeros, 20 topics), 16,000 documents fitted
+   and the rest held out, K = 20.
+
+Each case fits scikit-learn's ``KMeans(K)`` and ``GaussianMixture(K, covariance_type=
+"diag")`` (dense input only: it cannot take a sparse matrix, and the tf-idf matrix densified
+holds 4 GB) beside ``SparseVMFMixture(K)`` and ``BayesianVMFMixture(K)``, every estimator
+with its defaults but K and ``random_state``. One warm-up fit per estimator (JAX compiles),
+then ``REPEATS`` whole fits each, interleaved (estimator after estimator, repeat after
+repeat) on a machine shared with other jobs: the table gives the best time of the repeats
+and the ratio of the best times to KMeans' best, the mean held-out ARI against the true
+clusters over the repeats (each repeat another seed) and the converged flags. Held-out
+log-likelihood: the mean per-row log density on the sphere of the vMF models; the Gaussian
+mixture's is a density on R^d, not comparable, and KMeans has none.
+
+First fits: a fresh Python process fits each JAX estimator once (compilation included)
+and then again; the process runs twice, so the second run shows what a persistent
+compilation cache (if any) gives a new process.
+
+Writes benchmarks/results/vs_sklearn.json and vs_sklearn.md. Run:
+python benchmarks/bench_vs_sklearn.py [--large] [--repeats 3] [--skip-first-fit]
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import jax
+import numpy as np
+import scipy.sparse as sp
+from bench_sparse import make_corpus
+from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score
+from sklearn.mixture import GaussianMixture
+
+from bayesvmf.data import make_vmf_mixture
+from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models import BayesianVMFMixture, SparseVMFMixture
+
+OUT = Path(__file__).resolve().parent / "results"
+REPEATS = 3
+DENSE_K = 32
+DENSE_D = 256
+KAPPA_RANGE = (150.0, 400.0)
+TFIDF_K = 20
+TFIDF_FITTED = 16_000
+WARMUP_SEED = 99
+
+ESTIMATORS = {
+    "KMeans": lambda k, seed: KMeans(k, random_state=seed),
+    "GaussianMixture (diag)": lambda k, seed: GaussianMixture(
+        k, covariance_type="diag", random_state=seed
+    ),
+    "SparseVMFMixture": lambda k, seed: SparseVMFMixture(k, random_state=seed),
+    "BayesianVMFMixture": lambda k, seed: BayesianVMFMixture(k, random_state=seed),
+}
+
+
+def dense_case(n_fit, n_held_out, seed=0):
+    """Dense unit vectors from 32 vMF clusters in d = 256, kappa uniform in [150, 400]."""
+    kappa = np.random.default_rng(seed).uniform(*KAPPA_RANGE, DENSE_K)
+    sample = make_vmf_mixture(
+        n_fit + n_held_out,
+        DENSE_D,
+        DENSE_K,
+        kappa=kappa,
+        kappa_noise=0.0,
+        separability_adjustment=False,
+        random_state=seed,
+    )
+    X, y = sample.X, sample.labels
+    return X[:n_fit], y[:n_fit], X[n_fit:], y[n_fit:]
+
+
+def tfidf_case():
+    """The 20-Newsgroups-size generated tf-idf corpus, rows normalised, split fitted/held out."""
+    X, y = make_corpus()
+    X = sp.csr_matrix(X, dtype=np.float64)
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1))).ravel()
+    X = sp.csr_matrix(sp.diags(1.0 / norms) @ X)
+    return X[:TFIDF_FITTED], y[:TFIDF_FITTED], X[TFIDF_FITTED:], y[TFIDF_FITTED:]
+
+
+def fit_once(name, k, seed, X, X_held, y_held):
+    """Fit one estimator; return seconds, held-out ARI and log-likelihood, convergence."""
+    model = ESTIMATORS[name](k, seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        t = time.perf_counter()
+        model.fit(X)
+        seconds = time.perf_counter() - t
+    labels = model.predict(X_held)
+    vmf = name in ("SparseVMFMixture", "BayesianVMFMixture")
+    gaussian = name.startswith("GaussianMixture")
+    return {
+        "seconds": seconds,
+        "ari": float(adjusted_rand_score(y_held, labels)),
+        "held_out_log_likelihood": float(model.score(X_held)) if vmf or gaussian else None,
+        "converged": bool(getattr(model, "converged_", model.n_iter_ < model.max_iter)),
+        "n_iter": int(model.n_iter_),
+        "convergence_warnings": sum(issubclass(w.category, ConvergenceWarning) for w in caught),
+    }
+
+
+def bench_case(label, k, X, y, X_held, y_held, names, repeats):
+    """Warm-up fits, then ``repeats`` interleaved fits of every estimator."""
+    print(f"== {label}: n = {X.shape[0]}, d = {X.shape[1]}, K = {k}", flush=True)
+    for name in names:
+        t = time.perf_counter()
+        fit_once(name, k, WARMUP_SEED, X, X_held, y_held)
+        print(f"   warm-up {name}: {time.perf_counter() - t:.1f} s", flush=True)
+    runs = {name: [] for name in names}
+    for seed in range(repeats):
+        for name in names:
+            r = fit_once(name, k, seed, X, X_held, y_held)
+            runs[name].append(r)
+            print(
+                f"   seed {seed} {name}: {r['seconds']:.2f} s, ARI {r['ari']:.4f}, "
+                f"{r['n_iter']} iterations, converged {r['converged']}",
+                flush=True,
+            )
+    rows = []
+    for name in names:
+        rs = runs[name]
+        lls = [r["held_out_log_likelihood"] for r in rs]
+        rows.append(
+            {
+                "estimator": name,
+                "best_seconds": min(r["seconds"] for r in rs),
+                "seconds": [r["seconds"] for r in rs],
+                "mean_ari": float(np.mean([r["ari"] for r in rs])),
+                "ari": [r["ari"] for r in rs],
+                "mean_held_out_log_likelihood": None if lls[0] is None else float(np.mean(lls)),
+                "converged": [r["converged"] for r in rs],
+                "n_iter": [r["n_iter"] for r in rs],
+            }
+        )
+    kmeans = next(r for r in rows if r["estimator"] == "KMeans")
+    for r in rows:
+        r["ratio_to_kmeans"] = r["best_seconds"] / kmeans["best_seconds"]
+        r["ari_minus_kmeans"] = r["mean_ari"] - kmeans["mean_ari"]
+    return {
+        "case": label,
+        "n_fitted": X.shape[0],
+        "n_held_out": X_held.shape[0],
+        "n_features": X.shape[1],
+        "n_components": k,
+        "rows": rows,
+    }
+
+
+# ---- first fits in fresh processes ----------------------------------------------------------
+
+CHILD = """
+import json, sys, time, warnings
+import numpy as np
+from bayesvmf.models import BayesianVMFMixture, SparseVMFMixture
+warnings.simplefilter("ignore")
+data = np.load(sys.argv[1])
+X = data["X"]
+cls = {"SparseVMFMixture": SparseVMFMixture, "BayesianVMFMixture": BayesianVMFMixture}[sys.argv[2]]
+times = []
+for seed in (0, 1):
+    t = time.perf_counter()
+    cls(int(sys.argv[3]), random_state=seed).fit(X)
+    times.append(time.perf_counter() - t)
+print(json.dumps(times))
+"""
+
+
+def first_fits(X, k, names=("SparseVMFMixture", "BayesianVMFMixture")):
+    """Fit in two fresh processes in turn: first fit (compiling) and a second fit in each."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "X.npz"
+        np.savez(path, X=X)
+        for name in names:
+            for process in (1, 2):
+                t = time.perf_counter()
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, str(path), name, str(k)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                wall = time.perf_counter() - t
+                first, second = json.loads(out.stdout.strip().splitlines()[-1])
+                rows.append(
+                    {
+                        "estimator": name,
+                        "process": process,
+                        "first_fit_seconds": first,
+                        "second_fit_seconds": second,
+                        "first_over_second": first / second,
+                        "process_seconds": wall,
+                    }
+                )
+                print(
+                    f"   fresh process {process}, {name}: first fit {first:.1f} s, second "
+                    f"{second:.1f} s (process {wall:.1f} s)",
+                    flush=True,
+                )
+    return rows
+
+
+# ---- report ---------------------------------------------------------------------------------
+
+
+def _fmt(value, spec):
+    return "n/a" if value is None else format(value, spec)
+
+
+def to_markdown(out):
+    lines = [
+        "# Whole fits against scikit-learn (issue 19)",
+        "",
+        f"Machine: {out['machine']}; JAX devices: {out['jax_devices']}. Generated by "
+        "`benchmarks/bench_vs_sklearn.py` (module docstring: data and protocol).",
+        "",
+        f"Every estimator with its defaults but K and `random_state`; one warm-up fit each, "
+        f"then {out['repeats']} fits each, interleaved, seeds 0-{out['repeats'] - 1}. The "
+        "cores are shared with other jobs, so times are noisy: **time is the best of the "
+        "repeats**, ratio = that time over KMeans' best; ARI is the mean held-out ARI "
+        "against the true clusters over the repeats; held-out log-likelihood is the mean per "
+        "row (vMF models: density on the sphere; the Gaussian mixture's is on R^d and not "
+        "comparable).",
+        "",
+    ]
+    for case in out["cases"]:
+        lines += [
+            f"## {case['case']}",
+            "",
+            f"n = {case['n_fitted']:,} fitted, {case['n_held_out']:,} held out, "
+            f"d = {case['n_features']:,}, K = {case['n_components']}.",
+            "",
+            "| estimator | best time (s) | ratio to KMeans | held-out ARI (mean) | ARI - KMeans' "
+            "| held-out log-lik. per row | converged | iterations | times (s) |",
+            "|---|---:|---:|---:|---:|---:|---|---|---|",
+        ]
+        for r in case["rows"]:
+            lines.append(
+                f"| {r['estimator']} | {r['best_seconds']:.2f} | {r['ratio_to_kmeans']:.2f}x "
+                f"| {r['mean_ari']:.4f} | {r['ari_minus_kmeans']:+.4f} "
+                f"| {_fmt(r['mean_held_out_log_likelihood'], '.2f')} "
+                f"| {', '.join(str(c) for c in r['converged'])} "
+                f"| {', '.join(str(i) for i in r['n_iter'])} "
+                f"| {', '.join(f'{s:.2f}' for s in r['seconds'])} |"
+            )
+        lines.append("")
+    if out.get("first_fits"):
+        lines += [
+            "## First fit in a fresh process",
+            "",
+            f"Case: {out['first_fit_case']}. Each row is one new Python process that fits "
+            "twice (seeds 0 and 1); process 2 runs after process 1, so it can reuse what "
+            "process 1 left in a persistent compilation cache, if the package keeps one.",
+            "",
+            "| estimator | process | first fit (s) | second fit (s) | first / second |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for r in out["first_fits"]:
+            lines.append(
+                f"| {r['estimator']} | {r['process']} | {r['first_fit_seconds']:.1f} "
+                f"| {r['second_fit_seconds']:.1f} | {r['first_over_second']:.1f}x |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--large", "--full", action="store_true", help="dense case at n = 500,000 too"
+    )
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--skip-first-fit", action="store_true")
+    parser.add_argument("--only", nargs="+", choices=["dense", "large", "tfidf"])
+    args = parser.parse_args()
+    cases = args.only or ["dense", "tfidf"] + (["large"] if args.large else [])
+    out = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        "jax_devices": str(jax.devices()),
+        "repeats": args.repeats,
+        "cases": [],
+    }
+    all_names = list(ESTIMATORS)
+    dense = None
+    if "dense" in cases:
+        dense = dense_case(50_000, 10_000)
+        out["cases"].append(
+            bench_case("Dense embeddings", DENSE_K, *dense, all_names, args.repeats)
+        )
+    if "large" in cases:
+        large = dense_case(500_000, 50_000, seed=1)
+        out["cases"].append(
+            bench_case("Dense embeddings, large", DENSE_K, *large, all_names, args.repeats)
+        )
+        del large
+    if "tfidf" in cases:
+        names = [n for n in all_names if not n.startswith("GaussianMixture")]
+        out["cases"].append(
+            bench_case("tf-idf (20-Newsgroups size)", TFIDF_K, *tfidf_case(), names, args.repeats)
+        )
+    if not args.skip_first_fit:
+        if dense is None:
+            dense = dense_case(50_000, 10_000)
+        out["first_fit_case"] = "Dense embeddings, n = 50,000"
+        print("== first fits in fresh processes", flush=True)
+        out["first_fits"] = first_fits(dense[0], DENSE_K)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "vs_sklearn.json").write_text(json.dumps(out, indent=2) + "\n")
+    (OUT / "vs_sklearn.md").write_text(to_markdown(out))
+    print(to_markdown(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""SparseVMFMixture's defaults of issue 19 and its degeneracy guards.
+
+Hard spherical k-means passes before EM, the relative convergence test, float32 data products
+and greedy k-means++ seeding (the defaults), checked against NumPy; the guards of
+bayesvmf._guards on the kept run (a near-uniform background component), one warning per fit.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import jax
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from bayesvmf import _mixture
+from bayesvmf.exceptions import DegenerateRunWarning
+from bayesvmf.models import SparseVMFMixture
+from bayesvmf.models import sparse as S
+
+
+def blobs(rng, n_per=60, d=5, k=3, spread=0.15):
+    centres = rng.normal(size=(k, d))
+    X = np.vstack([c + spread * rng.normal(size=(n_per, d)) for c in centres])
+    return X / np.linalg.norm(X, axis=1, keepdims=True), np.repeat(np.arange(k), n_per)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return blobs(np.random.default_rng(7))
+
+
+def numpy_lloyd(X, mu, passes):
+    """Spherical k-means (Banerjee et al. 2005, hard assignments) in NumPy, fixed passes."""
+    for _ in range(passes):
+        labels = np.argmax(X @ mu.T, axis=1)
+        resultant = np.eye(len(mu))[labels].T @ X
+        norm = np.linalg.norm(resultant, axis=1, keepdims=True)
+        mu = np.where(norm > 0, resultant / np.where(norm > 0, norm, 1.0), mu)
+    return mu
+
+
+def test_spherical_kmeans_equals_numpy_lloyd(small):
+    X, _ = small
+    # seeds near one another, so that the passes have work to do before they settle
+    seeds = X[[0, 1, 2]]
+    with jax.enable_x64(True):
+        data = _mixture.to_device(X)
+        for passes in (1, 2, 50):
+            out = np.asarray(S.spherical_kmeans(data, seeds, np.int64(passes)))
+            expected = numpy_lloyd(X, seeds, passes)
+            np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-14)
+        # it stopped early: 50 passes give the fixed point, which one more pass keeps
+        np.testing.assert_allclose(numpy_lloyd(X, out, 1), out, rtol=1e-12, atol=1e-14)
+    assert not np.allclose(numpy_lloyd(X, seeds, 1), seeds)
+
+
+def test_settled_is_absolute_plus_relative():
+    with jax.enable_x64(True):
+        bound = np.array([400.0, 400.0, -2.0, 1.0])
+        previous = np.array([400.0 - 4e-4, 400.0 - 6e-4, -2.0 - 1e-6, 1.0 - 3e-6])
+        got = np.asarray(S.settled(bound, previous, 1e-6, 1e-6, 0.0))
+        # relative to the gain over the uniform log density (399.8 for the first row)
+        shifted = np.asarray(S.settled(bound, previous, 0.0, 1e-3, np.array([399.8, 0, 0, 0])))
+    # 4e-4 <= 1e-6 + 4e-4; 6e-4 > 4.01e-4; |-2| gives 3e-6 >= 1e-6; 3e-6 > 2e-6
+    assert got.tolist() == [True, False, True, False]
+    # 4e-4 > 1e-3 * 0.2; 6e-4 <= 0.4; 1e-6 <= 2e-3; 3e-6 <= 1e-3
+    assert shifted.tolist() == [False, True, True, True]
+
+
+def test_defaults_fit_and_new_parameters(small):
+    X, y = small
+    model = SparseVMFMixture(3, random_state=0).fit(X)
+    assert (model.n_init, model.init, model.dtype) == (1, "greedy-spherical-kmeans++", "mixed")
+    assert (model.kmeans_iter, model.rtol) == (20, 1e-5)
+    assert model.converged_ and len(model.run_n_iter_) == 1
+    assert adjusted_rand_score(y, model.labels_) == 1.0
+    # the relative test stops no later than the absolute one from the same start
+    strict = SparseVMFMixture(3, random_state=0, rtol=0.0, tol=1e-12).fit(X)
+    assert model.n_iter_ <= strict.n_iter_
+    np.testing.assert_allclose(model.lower_bound_, strict.lower_bound_, rtol=1e-6)
+    # healthy fit: the guards' attributes
+    assert model.n_occupied_components_ == 3 and model.n_degenerate_restarts_ == 0
+    assert model.degenerate_components_.tolist() == []
+    np.testing.assert_allclose(model.largest_share_, model.weights_.max(), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"rtol": -1.0},
+            "The 'rtol' parameter of SparseVMFMixture must be a float in the range [0.0, inf). "
+            "Got -1.0 instead.",
+        ),
+        (
+            {"kmeans_iter": 2.5},
+            "The 'kmeans_iter' parameter of SparseVMFMixture must be an int in the range "
+            "[0, inf). Got 2.5 instead.",
+        ),
+    ],
+)
+def test_bad_new_parameters(small, kwargs, message):
+    X, _ = small
+    copy = X.copy()
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        SparseVMFMixture(3, **kwargs).fit(X)
+    np.testing.assert_array_equal(X, copy)
+
+
+def background_data(rng, d=10):
+    """Three tight clusters (40% of the rows) in near-uniform noise (60%)."""
+    centres = np.eye(d)[:3]
+    tight = np.vstack([c + 0.05 * rng.normal(size=(40, d)) for c in centres])
+    noise = rng.normal(size=(180, d))
+    X = np.vstack([tight, noise])
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def test_background_component_is_diagnosed_once():
+    X = background_data(np.random.default_rng(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = SparseVMFMixture(4, random_state=0).fit(X)
+    degenerate = [w for w in caught if issubclass(w.category, DegenerateRunWarning)]
+    assert len(degenerate) == 1, [str(w.message) for w in caught]
+    text = str(degenerate[0].message)
+    assert text.startswith("SparseVMFMixture: component ")
+    assert "(a near-uniform background component)" in text
+    assert "Try shared_kappa=True" in text
+    k = int(np.argmin(model.concentrations_))
+    assert model.degenerate_components_.tolist() == [k]
+    assert model.weights_[k] > 0.5
+    np.testing.assert_allclose(model.largest_share_, model.weights_[k], rtol=1e-6)
+    assert model.n_occupied_components_ == 4
+    assert model.n_degenerate_restarts_ == 1
+    # one concentration for all: no background, no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateRunWarning)
+        shared = SparseVMFMixture(4, shared_kappa=True, random_state=0).fit(X)
+    assert shared.n_degenerate_restarts_ == 0
+
+
+def test_collapsed_runs_warn_once(small):
+    X, _ = small
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = SparseVMFMixture(3, n_init=2, kappa_max=0.5, random_state=0).fit(X)
+    degenerate = [w for w in caught if issubclass(w.category, DegenerateRunWarning)]
+    assert len(degenerate) == 1
+    assert "all 2 runs degenerated" in str(degenerate[0].message)
+    assert model.n_degenerate_restarts_ == 2
+    assert model.degenerate_components_.tolist() == [0, 1, 2]  # every kappa at the cap
+
+
+SHARDED_DEFAULTS = textwrap.dedent(
+    """
+    import json
+    import jax, numpy as np, scipy.sparse as sp
+    from bayesvmf.models import SparseVMFMixture
+
+    rng = np.random.default_rng(3)
+    n, d, K = 101, 30, 3  # odd n: the second device holds a padding row
+    centres = 4 * rng.normal(size=(K, d))
+    X = np.abs(centres[rng.integers(0, K, n)] + rng.normal(size=(n, d)))
+    X = sp.csr_matrix(np.where(X > 1.0, X, 0.0))
+    out = {"n_devices": len(jax.devices())}
+    for name, devices in (("one", None), ("two", 2)):
+        m = SparseVMFMixture(K, random_state=0, devices=devices)  # the defaults
+        out[name] = {"labels": m.fit_predict(X).tolist(), "mu": m.mean_directions_.tolist(),
+                     "kappa": m.concentrations_.tolist(), "n_iter": m.n_iter_}
+    print(json.dumps(out))
+    """
+)
+
+
+def test_defaults_over_two_devices_equal_one_device():
+    """The hard k-means passes inside the sharded program (a while_loop whose test reads
+    statistics summed over devices) finish and give the one-device fit: float32 products
+    summed in another order, so the parameters agree to float32 accuracy."""
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "JAX_PLATFORMS": "cpu",
+    }
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", SHARDED_DEFAULTS],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the two-device fit did not finish in 300 s")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["n_devices"] == 2
+    one, two = out["one"], out["two"]
+    assert one["labels"] == two["labels"] and len(set(one["labels"])) == 3
+    assert one["n_iter"] == two["n_iter"]
+    np.testing.assert_allclose(two["mu"], one["mu"], atol=1e-5)
+    np.testing.assert_allclose(two["kappa"], one["kappa"], rtol=1e-4)
