@@ -423,7 +423,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         if self.inference == "gibbs":
             from bayesvmf.models.bayesian import _gibbs
 
-            _gibbs.fit_gibbs(self, data, key_fit, priors, labels)
+            diag, n_bad = _gibbs.fit_gibbs(self, data, key_fit, priors, labels)
+            self._report_guards(diag, n_bad, int(self.num_chains), stacklevel=4)
             return
         self._fit_vi(data, key_fit, priors, statistics)
 
