@@ -89,6 +89,7 @@ def fitted(problem, runs):
         num_warmup=NUM_WARMUP,
         num_samples=NUM_SAMPLES,
         progress_bar=False,
+        shared_kappa=False,
     )
     with jax.enable_x64(True):
         before = TRACE_COUNTS.get("bayesian.gibbs_chunk", 0)
@@ -402,6 +403,7 @@ def test_convergence_warning(problem, runs, monkeypatch):
         num_warmup=NUM_WARMUP,
         num_samples=NUM_SAMPLES,
         progress_bar=False,
+        shared_kappa=False,
     )
     with jax.enable_x64(True), pytest.warns(ConvergenceWarning, match="split R-hat of kappa"):
         gb.fit_gibbs(
@@ -412,7 +414,12 @@ def test_convergence_warning(problem, runs, monkeypatch):
 
 def test_bad_init_labels(problem):
     estimator = types.SimpleNamespace(
-        n_components=K, num_chains=2, num_warmup=1, num_samples=1, progress_bar=False
+        n_components=K,
+        num_chains=2,
+        num_warmup=1,
+        num_samples=1,
+        progress_bar=False,
+        shared_kappa=False,
     )
     labels = problem.init_labels.copy()
     data = to_device(problem.X)

@@ -292,9 +292,12 @@ def test_bayesian_devices_refuses_gibbs_and_label_init():
     with pytest.raises(ValueError, match="asked for 99 devices"):
         BayesianVMFMixture(2, devices=99).fit(X)
     # refused refits leave the fitted model, its stream and n_features_in_ as they were
-    model = BayesianVMFMixture(
-        2, kappa_update="bounding", empirical_bayes=False, random_state=0
-    ).fit(X)
+    # (X is one blob: the fit leaves a component empty, which the guards report)
+    from bayesvmf.exceptions import DegenerateRunWarning
+
+    model = BayesianVMFMixture(2, kappa_update="bounding", empirical_bayes=False, random_state=0)
+    with pytest.warns(DegenerateRunWarning, match=r"components \[1\] are empty"):
+        model.fit(X)
     seen = model.n_samples_seen_
     with pytest.raises(ValueError, match="collapsed Gibbs sampler visits the rows"):
         model.set_params(inference="gibbs", devices=1).fit(X[:, :3])

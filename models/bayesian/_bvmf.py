@@ -423,7 +423,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         if self.inference == "gibbs":
             from bayesvmf.models.bayesian import _gibbs
 
-            _gibbs.fit_gibbs(self, data, key_fit, priors, labels)
+            diag, n_bad = _gibbs.fit_gibbs(self, data, key_fit, priors, labels)
+            self._report_guards(diag, n_bad, int(self.num_chains), stacklevel=4)
             return
         self._fit_vi(data, key_fit, priors, statistics)
 
@@ -587,7 +588,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
                 n_steps = self.n_steps_ + 1
                 step_size = (n_steps + self.learning_offset) ** (-self.learning_decay)
             blocks = _parallel.row_blocks(Xc, jnp.float64, devices=devices, bucket=True)
-            online, bound, accept = svi_step(
+            online, bound, accept, effective = svi_step(
                 online,
                 blocks.counted_by_weight(),
                 np.float64(step_size),
@@ -602,9 +603,12 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         self.lower_bound_ = float(bound)
         self.lower_bounds_ = np.append(self.lower_bounds_, self.lower_bound_)
         self.n_iter_ += 1
-        # the corpus estimate of N_k (no per-row weights: no single-carrier test here)
+        # the corpus estimate of N_k; the chunk's effective rows
         diag = _guards.diagnose(
-            online.resp_sum, n_rows=corpus_rows, kappa=online.post.kappa.mean_kappa
+            online.resp_sum,
+            n_rows=corpus_rows,
+            kappa=online.post.kappa.mean_kappa,
+            effective_rows=effective,
         )
         self._report_guards(diag, 0, 1, stacklevel=3)
         return self

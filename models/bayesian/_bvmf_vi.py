@@ -446,6 +446,9 @@ def svi_step(
         Estimate of the bound per row: :func:`elbo` at the new global factors with the
         chunk's q(z) statistics scaled by n / m, divided by n.
     accept_rate : jax.Array of shape (K,)
+    effective_rows : jax.Array of shape (K,)
+        The chunk's effective number of rows per component, (sum_i lambda_ik)^2 /
+        sum_i lambda_ik^2 (:func:`bayesvmf._guards.effective_counts`), for the guards.
     """
     _mixture.count_trace("bayesian.svi_step")
     cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps, shared_kappa)
@@ -464,7 +467,7 @@ def _svi_step_body(args, data, *, cfg):
     a_gamma = special.mean_resultant_length(d, post.gamma)
     wlp = _log_resp_unnormalised(data, post, a_gamma)
     log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
-    resultant, resp_sum, entropy, _ = _statistics(data, log_resp)
+    resultant, resp_sum, entropy, square = _statistics(data, log_resp)
 
     def move(old, estimate):
         return (1.0 - step_size) * old + step_size * estimate
@@ -491,7 +494,9 @@ def _svi_step_body(args, data, *, cfg):
     (real_rows,) = _parallel.sum_over_blocks(data, jnp.sum(data.row_weight))
     n = scale * real_rows
     bound = elbo(post, stats, priors, d, a_gamma, cfg[-1]) / n
-    return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept
+    # the chunk's effective rows per component, N_k^2 / sum_i lambda_ik^2 (the guards)
+    effective = jnp.where(square > 0, resp_sum**2 / jnp.where(square > 0, square, 1.0), 0.0)
+    return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept, effective
 
 
 @functools.partial(

@@ -386,7 +386,7 @@ def _posterior_mean_directions(kappa, resultant, hyper, d):
     return jnp.where(mean_norm > tiny, mean / jnp.maximum(mean_norm, tiny), hyper.mu0)
 
 
-def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels) -> None:
+def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels):
     """Fit B-vMFmix by collapsed Gibbs (sec. 3.1.2 of [1]_); set the estimator's attributes.
 
     Runs ``estimator.num_chains`` chains (one program) of ``num_warmup`` + ``num_samples``
@@ -414,7 +414,7 @@ def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels) -> None:
     ----------
     estimator : BayesianVMFMixture
         Read: ``n_components``, ``num_chains``, ``num_warmup``, ``num_samples``,
-        ``progress_bar``.
+        ``progress_bar``, ``shared_kappa``.
     data : DenseData or SparseData
         Training rows (unit norm), shape (n, d).
     rng_key : jax.Array
@@ -422,6 +422,14 @@ def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels) -> None:
         Resolved prior values.
     init_labels : int array of shape (num_chains, n)
         Initial labels of every chain.
+
+    Returns
+    -------
+    diagnosis : bayesvmf._guards.Diagnosis
+        Of the average counts over all chains and draws (crisp labels: the effective rows of
+        a component are its count), with the posterior mean kappa and the cap KAPPA_MAX.
+    n_degenerate_chains : int
+        Chains whose own average counts are degenerate.
     """
     n, d = data.shape
     n_components = int(estimator.n_components)
@@ -466,16 +474,6 @@ def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels) -> None:
     estimator.lower_bound_ = float(result.log_joint[0, -1])
     estimator.n_iter_ = num_warmup + num_samples
     estimator.converged_ = bool(np.all(rhat < RHAT_THRESHOLD))
-    # degeneracy guards on the average counts (crisp labels: the effective rows of a
-    # component are its count) of all chains, and of each chain for n_degenerate_restarts_
-    mean_counts, mean_kappa = counts.mean(axis=1), kappa.mean(axis=1)
-
-    def diagnose(c, k):
-        return _guards.diagnose(c, n_rows=n, kappa=k, kappa_max=KAPPA_MAX, effective_rows=c)
-
-    n_bad = sum(diagnose(c, k).degenerate for c, k in zip(mean_counts, mean_kappa, strict=True))
-    diag = diagnose(mean_counts.mean(axis=0), estimator.concentrations_)
-    estimator._report_guards(diag, n_bad, num_chains, stacklevel=5)
     if not estimator.converged_:
         bad = np.flatnonzero(~(rhat < RHAT_THRESHOLD))
         warnings.warn(
@@ -486,6 +484,15 @@ def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels) -> None:
             ConvergenceWarning,
             stacklevel=3,
         )
+    # degeneracy guards on the average counts (crisp labels: the effective rows of a
+    # component are its count) of all chains, and of each chain for n_degenerate_restarts_
+    mean_counts, mean_kappa = counts.mean(axis=1), kappa.mean(axis=1)
+
+    def diagnose(c, k):
+        return _guards.diagnose(c, n_rows=n, kappa=k, kappa_max=KAPPA_MAX, effective_rows=c)
+
+    n_bad = sum(diagnose(c, k).degenerate for c, k in zip(mean_counts, mean_kappa, strict=True))
+    return diagnose(mean_counts.mean(axis=0), estimator.concentrations_), n_bad
 
 
 def _predictive_draws(estimator):
