@@ -55,16 +55,7 @@ ESTIMATORS = [
     # check_clustering's 3 blobs (with 2, one component takes every row); H-vMFmix on its
     # default tree (a root over n_components leaves), T-vMFmix on its default time index
     # (every row at time 0; scikit-learn's y, when a check gives one, is the time index)
-    # (per-component kappa: in d = 2 the bounding scheme's bound on log C_2 is loose by ~log
-    # kappa, and one shared kappa drifts to the uniform solution on check_clustering's blobs)
-    BayesianVMFMixture(
-        3,
-        kappa_update="bounding",
-        shared_kappa=False,
-        max_iter=5,
-        kappa_num_steps=2,
-        random_state=0,
-    ),
+    BayesianVMFMixture(3, kappa_update="bounding", max_iter=5, kappa_num_steps=2, random_state=0),
     HierarchicalVMFMixture(
         n_components=3, kappa_update="bounding", max_iter=5, kappa_num_steps=2, random_state=0
     ),
@@ -104,13 +95,7 @@ EXPECTED_FAILED_CHECKS = {
     "SparseVMFMixture": DIRECTIONAL_DATA,
     "BayesianVMFMixture": DIRECTIONAL_DATA,
     "KMLEMixture": DIRECTIONAL_DATA,
-    "HierarchicalVMFMixture": {
-        **DIRECTIONAL_DATA,
-        "check_clustering": (
-            "on its blobs plus 5 uniform noise rows H-vMFmix leaves leaf 0 without a row (a "
-            "Bayesian mixture lets a component go empty), so the labels do not start at 0"
-        ),
-    },
+    "HierarchicalVMFMixture": DIRECTIONAL_DATA,
     "TemporalVMFMixture": {
         **DIRECTIONAL_DATA,
         "check_estimators_nan_inf": (
