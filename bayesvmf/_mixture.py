@@ -24,7 +24,8 @@ Numerics: the estimators run their steps inside a scoped ``jax.enable_x64(True)`
 data products run in the dtype of the stored data values (float32 with ``dtype="mixed"``,
 SparseVMFMixture's default; float64 with ``dtype="float64"``; docs/design.md section 5) and
 are cast back to float64. Dense products are XLA dots (BLAS-class kernels on CPU). On CPU the sparse
-products call SciPy's compiled CSR/CSC kernels through ``jax.pure_callback`` (the floor of
+products call SciPy's compiled CSR/CSC kernels through an XLA custom call
+(:mod:`bayesvmf._host_kernel`: cacheable, unlike ``jax.pure_callback``; the floor of
 docs/design.md section 5 itself); elsewhere they are sorted ``segment_sum`` programs
 (:class:`SparseData`).
 
@@ -167,7 +168,9 @@ class SparseData:
     section 5); the matrix is never densified and memory stays O(nnz):
 
     ``"scipy"`` (the default on CPU)
-        A ``jax.pure_callback`` into SciPy's compiled CSR/CSC products. The CSR matrix stays
+        A call into SciPy's compiled CSR/CSC products (on the CPU backend an XLA custom
+        call, :mod:`bayesvmf._host_kernel`, so the program can enter the persistent
+        compilation cache; ``jax.pure_callback`` otherwise). The CSR matrix stays
         on the host, registered once (:func:`register_host_block`); the program carries only
         its int32 ``handle``, so a product ships just its dense operand and result across
         the callback boundary. (JAX copies every callback operand into a fresh
