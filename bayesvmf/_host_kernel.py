@@ -1,7 +1,7 @@
 """The SciPy products of the "scipy" sparse kernel as an XLA custom call that can be cached.
 
 On CPU the sparse data products ``X @ B`` and ``X.T @ B`` run in SciPy's compiled CSR
-kernels (:class:`bayesvmf._mixture.SparseData`). Reached through ``jax.pure_callback``,
+kernels (:class:`bayesvmf._data.SparseData`). Reached through ``jax.pure_callback``,
 every program that holds such a product is a program with host callbacks, and JAX never
 writes those to its persistent compilation cache (a Python callback cannot be serialised):
 each new process compiled a sparse fit again (Classic3, 3,891 x 4,303: a fresh process's
@@ -14,7 +14,7 @@ ASCII description of the operands (``backend_config``), the same in every proces
 compiled program is written to the cache and a later process reads it back; the name is
 resolved to this process's function when the program is loaded. The function receives the
 raw operand and result buffers: the registry handle of the host block (int32), then B; it
-calls :func:`bayesvmf._mixture._host_product` on a view of B (no copy) and writes the
+calls :func:`bayesvmf._data._host_product` on a view of B (no copy) and writes the
 product into the result buffer. :mod:`ctypes` takes the GIL for the call.
 
 An error in the host function (a released host block) cannot be reported through XLA's
@@ -77,7 +77,7 @@ def _parse(config: bytes):
 
 def _run(out, operands, opaque, opaque_len, status):  # pragma: no cover - called by XLA
     """Host side of the custom call (see the module notes); runs on an XLA thread."""
-    from bayesvmf._mixture import _host_product
+    from bayesvmf._data import _host_product
 
     shape, transpose, pointer, b_shape, out_shape = _parse(ctypes.string_at(opaque, opaque_len))
     result = np.ctypeslib.as_array(ctypes.cast(out, pointer), shape=out_shape)
@@ -148,7 +148,7 @@ def scipy_product(handle, B, *, shape: tuple[int, int], transpose: bool):
     Parameters
     ----------
     handle : jax.Array of int32, shape (1,)
-        :func:`bayesvmf._mixture.register_host_block`'s handle of X.
+        :func:`bayesvmf._data.register_host_block`'s handle of X.
     B : jax.Array of shape (..., r, m)
         float32 or float64, the dtype of X's stored values; r is n_features when
         ``transpose`` else n_samples. Leading axes are batches (vmapped restarts).

@@ -19,7 +19,7 @@ with empty rows. Sharded sparse blocks use the "segment_sum" kernel on every bac
 program over several devices must not call back into Python: :func:`row_blocks` says why),
 their nnz padded with explicit zeros (value 0.0, which adds exactly 0.0 to both products);
 the single block without a mesh may stay a host CSR matrix of the CPU ("scipy") kernel
-(:class:`bayesvmf._mixture.SparseData`). Every padding row has row weight 0, and the
+(:class:`bayesvmf._data.SparseData`). Every padding row has row weight 0, and the
 statistics multiply the responsibilities and the per-row log-densities by the row weights,
 so padding never touches counts, resultants, weights or the likelihood. Padding rows only
 ever sit after the real rows: global row i is row ``i % block_rows`` of block
@@ -46,8 +46,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from sklearn.utils import _param_validation as pv
 
-from bayesvmf import _mixture
-from bayesvmf._mixture import DenseData, SparseData
+from bayesvmf import _data, _mixture
+from bayesvmf._data import DenseData, SparseData
 
 __all__ = [
     "AXIS",
@@ -265,7 +265,7 @@ def row_blocks(
     devices : list of jax devices or None
         One block per device, sharded over a mesh of them; None: one local block.
     kernel : {"auto", "scipy", "segment_sum"}
-        Sparse product kernel (:class:`bayesvmf._mixture.SparseData`). With ``devices``,
+        Sparse product kernel (:class:`bayesvmf._data.SparseData`). With ``devices``,
         "auto" is "segment_sum" on every backend and "scipy" is refused (see below).
     bucket : bool, default False
         Round the block rows and nnz up to :func:`bucket_size` (streaming chunks), so that
@@ -310,7 +310,7 @@ def row_blocks(
         dense = _pad(np.asarray(X, dtype=np_dtype), n_blocks * rows, 0)
         placed = place({"X": dense, "w": weight}, mesh)
         return RowBlocks(DenseData(placed["X"]), placed["w"], n, mesh)
-    resolved = _mixture._resolve_kernel(kernel)  # checks the name
+    resolved = _data._resolve_kernel(kernel)  # checks the name
     if mesh is not None:
         if kernel == "scipy":
             raise ValueError(
@@ -323,7 +323,7 @@ def row_blocks(
     if resolved == "scipy":
         # one block (no mesh), kept on the host: padded with empty rows only, sharing X's
         # arrays; the device holds its handle
-        data = _mixture.scipy_kernel_data(_mixture.host_block(csr, np_dtype, rows), dtype)
+        data = _data.scipy_kernel_data(_data.host_block(csr, np_dtype, rows), dtype)
         return RowBlocks(data, place({"w": weight}, None)["w"], n)
     # an all-padding block (more devices than row blocks) is an empty (0, d) slice
     blocks = [csr] if n_blocks == 1 else [csr[b * rows : (b + 1) * rows] for b in range(n_blocks)]
@@ -378,7 +378,7 @@ def map_rows(fn, replicated, data: RowBlocks) -> np.ndarray:
     """Return ``fn(replicated, block)`` of every block, rows in global order, padding dropped.
 
     ``fn`` (hashable: a module-level function, compiled once per shapes) maps the
-    :class:`~bayesvmf._mixture.DenseData` or :class:`~bayesvmf._mixture.SparseData` of one
+    :class:`~bayesvmf._data.DenseData` or :class:`~bayesvmf._data.SparseData` of one
     block to an array with one leading entry per row of the block; on a mesh each device
     computes its own rows (``shard_map``) and every process gets all of them, as a host
     array of shape (n_samples, ...).
@@ -470,7 +470,7 @@ def select_rows(data, idx: jax.Array) -> jax.Array:
     local = idx - block * data.block_rows
     # one-hot columns of the rows this block holds (all-zero for the others): X_b.T @ onehot
     onehot = jax.nn.one_hot(local, data.block_rows, dtype=jnp.float64).T
-    (rows,) = sum_over_blocks(data, _mixture.data_tdot(data.data, onehot).T)
+    (rows,) = sum_over_blocks(data, _data.data_tdot(data.data, onehot).T)
     return rows
 
 
@@ -482,7 +482,7 @@ def crisp_statistics(data, mu: jax.Array):
     """
     if not isinstance(data, RowBlocks):
         return _mixture.crisp_statistics(data, mu)
-    labels = jnp.argmax(_mixture.data_dot(data.data, mu.T), axis=1)
+    labels = jnp.argmax(_data.data_dot(data.data, mu.T), axis=1)
     resp = jax.nn.one_hot(labels, mu.shape[0], dtype=jnp.float64) * data.row_weight[:, None]
     return sum_over_blocks(data, *_mixture.resultants(data.data, resp))
 
@@ -516,7 +516,7 @@ def init_spherical_kmeanspp(
     first = jax.random.randint(keys[0], (), 0, data.n_samples)
     mu0 = select_rows(data, first[None])
     mu = jnp.zeros((n_components, d), jnp.float64).at[0].set(mu0[0])
-    best = _gather_rows(data, _mixture.data_dot(data.data, mu0.T)[:, 0])
+    best = _gather_rows(data, _data.data_dot(data.data, mu0.T)[:, 0])
 
     def body(k, carry):
         mu, best = carry
@@ -525,7 +525,7 @@ def init_spherical_kmeanspp(
             best,
             trials,
             lambda idx: select_rows(data, idx),
-            lambda rows: _gather_rows(data, _mixture.data_dot(data.data, rows.T)),
+            lambda rows: _gather_rows(data, _data.data_dot(data.data, rows.T)),
         )
         return mu.at[k].set(row), best
 

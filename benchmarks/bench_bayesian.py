@@ -56,7 +56,7 @@ import scipy.sparse as sp
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from bayesvmf import _mixture
+from bayesvmf import _data, _mixture
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import SparseVMFMixture
 from bayesvmf.models import sparse as S
@@ -100,11 +100,11 @@ def load(name):
 def kmeanspp_labels(X, k, seed):
     """One spherical k-means++ seeding; each row to its closest seed. No empty cluster."""
     with jax.enable_x64(True):
-        data = _mixture.to_device(X)
+        data = _data.to_device(X)
         for attempt in range(20):
             key = jax.random.key(seed + 1000 * attempt)
             mu = _mixture.init_spherical_kmeanspp(key, data, k)
-            labels = np.asarray(np.argmax(_mixture.data_dot(data, mu.T), axis=1))
+            labels = np.asarray(np.argmax(_data.data_dot(data, mu.T), axis=1))
             if np.bincount(labels, minlength=k).min() > 0:
                 return labels
     raise RuntimeError("spherical k-means++ kept leaving a cluster empty")
@@ -151,7 +151,7 @@ def h_init_labels(X, branching):
     with jax.enable_x64(True):
         run_key = jax.random.split(_mixture.make_key(0), 1)[0]
         init_key, _ = jax.random.split(run_key)
-        data = _mixture.to_device(X)
+        data = _data.to_device(X)
         return np.asarray(
             top_down_labels(init_key, data, balanced_tree(branching), "spherical-kmeans++")
         )
@@ -172,7 +172,7 @@ def fit_vmfmix(X, labels, k, max_iter=1000):
     Xc = model._check_input(X, reset=True)
     with jax.enable_x64(True), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        data = _mixture.to_device(Xc)
+        data = _data.to_device(Xc)
         resp = jax.nn.one_hot(labels, k, dtype=np.float64)
         resultant, resp_sum = _mixture.resultants(data, resp)
         log_weights, mu, kappa, _ = S.m_step(

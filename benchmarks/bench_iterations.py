@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.preprocessing import normalize
 
-from bayesvmf import _mixture, make_vmf_mixture
+from bayesvmf import _data, _mixture, make_vmf_mixture
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import sparse as S
 from bayesvmf.models.bayesian import _bvmf, _gibbs
@@ -90,7 +90,7 @@ def em_iteration(data, K):
     for _ in range(20):  # move away from the initialisation, then time from a fixed state
         state, _ = S.em_step(state, data, *args, shared_kappa=True)
     # EM's labels (closest mean direction) start the Bayesian models on the same clusters
-    labels = np.asarray(jnp.argmax(_mixture.data_dot(data, state.mu[0].T), axis=1))
+    labels = np.asarray(jnp.argmax(_data.data_dot(data, state.mu[0].T), axis=1))
 
     def step():
         jax.block_until_ready(S.em_step(state, data, *args, shared_kappa=True))
@@ -198,7 +198,7 @@ def bench(name, X, K, rng):
     if hasattr(X, "nnz"):
         out["nnz"] = int(X.nnz)
     times = rng.integers(0, N_TIMES, X.shape[0])
-    data = _mixture.to_device(X)
+    data = _data.to_device(X)
     em, labels = em_iteration(data, K)
     steps = {"em": em}
     for scheme in ("sampling", "bounding"):

@@ -33,7 +33,7 @@ from bench_sparse import make_corpus
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.metrics import adjusted_rand_score
 
-from bayesvmf import _mixture
+from bayesvmf import _data
 from bayesvmf.data import check_directional
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import SparseVMFMixture
@@ -343,7 +343,7 @@ def bench_large(Xn, build_s, out, rounds=5):
     steps, first = {}, {}
     with jax.enable_x64(True):
         for dtype, jdtype in (("mixed", np.float32), ("float64", np.float64)):
-            data = _mixture.to_device(Xn, jdtype)
+            data = _data.to_device(Xn, jdtype)
             state = S.init_state(
                 jax.random.key(0),
                 data,
@@ -536,7 +536,7 @@ def kmeans_markdown(km, measured):
         "0.7-1.4 s. The float64 products with 4 K = 80 columns cost 7.5x those with K "
         "columns (the dense operand no longer fits in cache), so a float64 step of 4 "
         "restarts costs more than 4 steps of one: that is the product kernel "
-        "(`_mixture._host_product` concatenates the restarts' columns), not the EM.",
+        "(`_data._host_product` concatenates the restarts' columns), not the EM.",
     ]
     lines += ["", "Compaction (this version), seed 1 with and without it, back to back:", ""]
     for init in SPARSE_INITS:

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.metrics import adjusted_rand_score
 
-from bayesvmf import _mixture
+from bayesvmf import _data
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import SparseVMFMixture
 from bayesvmf.models import sparse as S
@@ -23,7 +23,7 @@ from bayesvmf.models import sparse as S
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 OUT = Path(__file__).resolve().parent / "results"
 N_DOCS, N_TERMS, NNZ, K = 18_846, 26_214, 1_700_000, 20
-#: sparse-product kernels of bayesvmf._mixture.SparseData ("scipy" is the default on CPU)
+#: sparse-product kernels of bayesvmf._data.SparseData ("scipy" is the default on CPU)
 KERNELS = ("scipy", "segment_sum")
 
 
@@ -91,7 +91,7 @@ def bench_iteration(X, out, rounds=15):
     with jax.enable_x64(True):
         for kernel in KERNELS:
             for dtype, jdtype in (("mixed", np.float32), ("float64", np.float64)):
-                data = _mixture.to_device(Xn, jdtype, kernel=kernel)
+                data = _data.to_device(Xn, jdtype, kernel=kernel)
                 state = S.init_state(
                     jax.random.key(0),
                     data,
@@ -236,7 +236,7 @@ def to_markdown(out):
         f"`X.T @ R` (median {out['floor_two_scipy_products_s'] * 1e3:.1f} ms). Floor and EM "
         "steps are timed in interleaved rounds; a ratio is the median of the per-round ratios.",
         "",
-        "Kernels (`bayesvmf._mixture.SparseData`): `scipy` is a `jax.pure_callback` into "
+        "Kernels (`bayesvmf._data.SparseData`): `scipy` is a `jax.pure_callback` into "
         "SciPy's CSR/CSC products (the default on CPU), `segment_sum` the pure-XLA sorted "
         "`segment_sum` kernel (the default on GPU/TPU, and the kernel of every earlier "
         "version). The fits use the default kernel.",

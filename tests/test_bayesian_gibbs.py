@@ -18,7 +18,8 @@ from scipy.special import gammaln, ive, logsumexp
 from scipy.stats import chisquare, lognorm
 
 from bayesvmf import make_vmf_mixture
-from bayesvmf._mixture import TRACE_COUNTS, to_device
+from bayesvmf._data import to_device
+from bayesvmf._mixture import TRACE_COUNTS
 from bayesvmf.models.bayesian import _gibbs as gb
 from bayesvmf.models.bayesian import _gibbs_kernel as gk
 from bayesvmf.models.bayesian._kappa import Priors

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.special import ive, logsumexp
 
-from bayesvmf import _mixture, load, save
+from bayesvmf import _data, _mixture, load, save
 from bayesvmf.metrics import adjusted_rand as adjusted_rand_score
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _hierarchical_vi as H
@@ -190,7 +190,7 @@ def _state_and_stats(model, X):
         kappa,
         priors,
     )
-    stats = H.e_step(_mixture.to_device(X), tree, state)
+    stats = H.e_step(_data.to_device(X), tree, state)
     return tree, state, stats
 
 
@@ -244,7 +244,7 @@ def test_coordinate_updates_are_argmax(bounding_fit, data):
     moved = s.priors._replace(mu0=tilted / jnp.linalg.norm(tilted))
     assert bound(s._replace(priors=moved)) < base
     # q(z): the softmax of the module docstring beats perturbed responsibilities
-    data = _mixture.to_device(X)
+    data = _data.to_device(X)
     emu = state.emu[tree.leaves]
     wlp = (
         _eb.expected_log_pi(state.rho)
@@ -277,8 +277,8 @@ def test_sparse_equals_dense(bounding_fit, data):
     copy = Xs.copy()
     tree, state, _ = _state_and_stats(bounding_fit, X)
     e_step = jax.jit(H.e_step)
-    dense = e_step(_mixture.to_device(X), tree, state)
-    sparse = e_step(_mixture.to_device(Xs), tree, state)
+    dense = e_step(_data.to_device(X), tree, state)
+    sparse = e_step(_data.to_device(Xs), tree, state)
     # rtol 1e-9: SciPy's sparse kernel sums in another order than the dense product
     for a, b in zip(sparse, dense, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

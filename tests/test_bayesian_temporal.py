@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import _mixture, load, save, special
+from bayesvmf import _data, _mixture, load, save, special
 from bayesvmf.models import SparseVMFMixture
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as H
@@ -152,7 +152,7 @@ def test_chain_updates_are_argmax(fitted, data):
     X, times, _, _ = data
     train = times < N_TIMES - 1
     state = _state(fitted)
-    stats = T.e_step(_mixture.to_device(X[train]), jnp.asarray(times[train]), state)
+    stats = T.e_step(_data.to_device(X[train]), jnp.asarray(times[train]), state)
     bound = jax.jit(T.lower_bound)
     update = jax.jit(T._update_mu)
     rng = np.random.default_rng(2)
@@ -208,8 +208,8 @@ def test_sparse_equals_dense(fitted, data):
     state = _state(fitted)
     t = jnp.asarray(times[train])
     e_step = jax.jit(T.e_step)
-    dense = e_step(_mixture.to_device(X[train]), t, state)
-    sparse = e_step(_mixture.to_device(Xs[train]), t, state)
+    dense = e_step(_data.to_device(X[train]), t, state)
+    sparse = e_step(_data.to_device(Xs[train]), t, state)
     # rtol 1e-9: SciPy's sparse kernel sums in another order than the dense product
     for a, b in zip(sparse, dense, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
@@ -403,7 +403,7 @@ def test_structured_agreement(fitted, data):
     X, times, _, _ = data
     train = times < N_TIMES - 1
     state = _state(fitted)
-    stats = T.e_step(_mixture.to_device(X[train]), jnp.asarray(times[train]), state)
+    stats = T.e_step(_data.to_device(X[train]), jnp.asarray(times[train]), state)
     agreement = jax.jit(T.chain_agreement, static_argnums=2)
     with jax.enable_x64(True):
         structured = np.asarray(agreement(state, stats, "structured"))

@@ -244,7 +244,7 @@ def test_a_later_process_reads_the_fit_back(tmp_path):
 def test_host_kernel_products_equal_scipy():
     """The custom call of the "scipy" kernel: X @ B, X.T @ B, vmapped, float32 and float64."""
     from bayesvmf import _host_kernel
-    from bayesvmf._mixture import register_host_block
+    from bayesvmf._data import register_host_block
 
     A = scipy.sparse.random(30, 7, density=0.3, random_state=0, format="csr")
     handle, anchor = register_host_block(A)

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 import scipy.special
 
-from bayesvmf import _mixture, special
+from bayesvmf import _data, _mixture, special
 
 N, D, K = 40, 7, 3
 
@@ -25,22 +25,22 @@ def _all_data(X, dtype=jnp.float64):
     """The same matrix as dense data and as sparse data with each kernel."""
     Xs = sp.csr_matrix(X)
     return {
-        "dense": _mixture.to_device(X, dtype),
-        "scipy": _mixture.to_device(Xs, dtype, kernel="scipy"),
-        "segment_sum": _mixture.to_device(Xs, dtype, kernel="segment_sum"),
+        "dense": _data.to_device(X, dtype),
+        "scipy": _data.to_device(Xs, dtype, kernel="scipy"),
+        "segment_sum": _data.to_device(Xs, dtype, kernel="segment_sum"),
     }
 
 
 def test_to_device_kernels_and_input_unmodified(X):
     Xs = sp.coo_matrix(X)
     before = Xs.copy()
-    assert _mixture.to_device(Xs, kernel="scipy").kernel == "scipy"
-    assert _mixture.to_device(Xs, kernel="segment_sum").kernel == "segment_sum"
-    assert _mixture.to_device(Xs).kernel == "scipy"  # "auto" on the CPU test backend
-    assert _mixture.to_device(Xs).nnz == Xs.nnz
+    assert _data.to_device(Xs, kernel="scipy").kernel == "scipy"
+    assert _data.to_device(Xs, kernel="segment_sum").kernel == "segment_sum"
+    assert _data.to_device(Xs).kernel == "scipy"  # "auto" on the CPU test backend
+    assert _data.to_device(Xs).nnz == Xs.nnz
     assert (Xs != before).nnz == 0
     with pytest.raises(ValueError, match="kernel"):
-        _mixture.to_device(Xs, kernel="bcsr")
+        _data.to_device(Xs, kernel="bcsr")
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
@@ -50,8 +50,8 @@ def test_data_dot_and_tdot_match_scipy(X, dtype):
     Xs = sp.csr_matrix(X)
     tol = 1e-13 if dtype == jnp.float64 else 1e-5
     for name, data in _all_data(X, dtype).items():
-        dot = _mixture.data_dot(data, jnp.asarray(M))
-        tdot = _mixture.data_tdot(data, jnp.asarray(R))
+        dot = _data.data_dot(data, jnp.asarray(M))
+        tdot = _data.data_tdot(data, jnp.asarray(R))
         assert dot.dtype == jnp.float64 and tdot.dtype == jnp.float64, name
         np.testing.assert_allclose(dot, Xs @ M, atol=tol, err_msg=name)
         np.testing.assert_allclose(tdot, Xs.T @ R, atol=tol, err_msg=name)
@@ -62,9 +62,9 @@ def test_products_jit_and_vmap_over_right_hand_sides(X, kernel):
     """Restarts vmap the products over their right-hand side (B of them at once)."""
     rng = np.random.default_rng(1)
     Ms, Rs = rng.normal(size=(4, D, K)), rng.normal(size=(4, N, K))
-    data = _mixture.to_device(sp.csr_matrix(X), kernel=kernel)
-    dot = jax.jit(jax.vmap(_mixture.data_dot, in_axes=(None, 0)))(data, jnp.asarray(Ms))
-    tdot = jax.jit(jax.vmap(_mixture.data_tdot, in_axes=(None, 0)))(data, jnp.asarray(Rs))
+    data = _data.to_device(sp.csr_matrix(X), kernel=kernel)
+    dot = jax.jit(jax.vmap(_data.data_dot, in_axes=(None, 0)))(data, jnp.asarray(Ms))
+    tdot = jax.jit(jax.vmap(_data.data_tdot, in_axes=(None, 0)))(data, jnp.asarray(Rs))
     np.testing.assert_allclose(dot, np.einsum("nd,bdk->bnk", X, Ms), atol=1e-13)
     np.testing.assert_allclose(tdot, np.einsum("nd,bnk->bdk", X, Rs), atol=1e-13)
 
@@ -73,15 +73,15 @@ def test_products_jit_and_vmap_over_right_hand_sides(X, kernel):
 def test_scipy_products_in_groups_of_restarts(X, dense_bytes, monkeypatch):
     """Restarts beyond PRODUCT_DENSE_BYTES take separate passes: one per restart, two groups
     of 2 (the last one short: 5 restarts) or one pass; the result is the same."""
-    monkeypatch.setattr(_mixture, "PRODUCT_DENSE_BYTES", dense_bytes)
+    monkeypatch.setattr(_data, "PRODUCT_DENSE_BYTES", dense_bytes)
     rng = np.random.default_rng(2)
     Ms, Rs = rng.normal(size=(5, D, K)), rng.normal(size=(5, N, K))
     Xs = sp.csr_matrix(X)
     with jax.enable_x64(True):
-        data = _mixture.to_device(Xs, kernel="scipy")
+        data = _data.to_device(Xs, kernel="scipy")
         # a fresh jit per case: the host function is looked up when the program runs
-        dot = jax.jit(jax.vmap(lambda d, m: _mixture.data_dot(d, m), in_axes=(None, 0)))
-        tdot = jax.jit(jax.vmap(lambda d, r: _mixture.data_tdot(d, r), in_axes=(None, 0)))
+        dot = jax.jit(jax.vmap(lambda d, m: _data.data_dot(d, m), in_axes=(None, 0)))
+        tdot = jax.jit(jax.vmap(lambda d, r: _data.data_tdot(d, r), in_axes=(None, 0)))
         got_dot, got_tdot = dot(data, jnp.asarray(Ms)), tdot(data, jnp.asarray(Rs))
     np.testing.assert_allclose(got_dot, np.einsum("nd,bdk->bnk", X, Ms), rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(got_tdot, np.einsum("nd,bnk->bdk", X, Rs), rtol=1e-13, atol=1e-14)
@@ -165,7 +165,7 @@ def test_greedy_kmeanspp_leaves_less_dissimilarity():
     A = np.abs(centres[rng.integers(0, 6, 300)] + 0.5 * rng.normal(size=(300, 12)))
     A /= np.linalg.norm(A, axis=1, keepdims=True)
     with jax.enable_x64(True):
-        data = _mixture.to_device(sp.csr_matrix(A), kernel="scipy")
+        data = _data.to_device(sp.csr_matrix(A), kernel="scipy")
         keys = jax.random.split(jax.random.key(1), 20)
 
         def loss(init):
@@ -182,7 +182,7 @@ def test_greedy_kmeanspp_leaves_less_dissimilarity():
 
 def test_kmeanspp_falls_back_when_all_rows_equal():
     Xe = np.tile(np.eye(D)[:1], (10, 1))
-    mu = _seeds(_mixture.init_spherical_kmeanspp, _mixture.to_device(Xe), 1)[0]
+    mu = _seeds(_mixture.init_spherical_kmeanspp, _data.to_device(Xe), 1)[0]
     assert np.isfinite(mu).all()
     np.testing.assert_allclose(mu, np.tile(Xe[:1], (K, 1)))
 
@@ -224,8 +224,8 @@ def test_scipy_kernel_float64_under_scoped_x64_only():
     try:
         with jax.enable_x64(True):
             for dtype in (jnp.float32, jnp.float64, jnp.float64):
-                data = _mixture.to_device(Xs, dtype, kernel="scipy")
-                f = jax.jit(jax.vmap(_mixture.data_tdot, in_axes=(None, 0)))
+                data = _data.to_device(Xs, dtype, kernel="scipy")
+                f = jax.jit(jax.vmap(_data.data_tdot, in_axes=(None, 0)))
                 for _ in range(3):
                     out = np.asarray(f(data, jnp.asarray(R)))
             assert out.dtype == np.float64
@@ -248,15 +248,15 @@ def test_scipy_kernel_keeps_the_csr_on_the_host_without_copying(X):
     Xs = sp.csr_matrix(X)
     Xs.indices = Xs.indices.astype(np.int32)
     with jax.enable_x64(True):
-        data = _mixture.to_device(Xs, jnp.float64, kernel="scipy")
-        mixed = _mixture.to_device(Xs, jnp.float32, kernel="scipy")
+        data = _data.to_device(Xs, jnp.float64, kernel="scipy")
+        mixed = _data.to_device(Xs, jnp.float32, kernel="scipy")
     # the program holds one int32 handle per block; float64 values, indices and row
     # pointers are the caller's arrays, float32 ("mixed") values a cast copy
     assert data.cols is None and data.values is None and data.handle.shape == (1,)
-    (block,) = _mixture.host_blocks(data)
+    (block,) = _data.host_blocks(data)
     for attr in ("data", "indices", "indptr"):
         assert np.shares_memory(getattr(block, attr), getattr(Xs, attr))
-    (block32,) = _mixture.host_blocks(mixed)
+    (block32,) = _data.host_blocks(mixed)
     assert block32.dtype == np.float32 and np.shares_memory(block32.indices, Xs.indices)
     assert data.nnz == Xs.nnz and data.dtype == jnp.float64 and mixed.dtype == jnp.float32
 
@@ -267,19 +267,19 @@ def test_host_block_lives_while_its_handle_does(X):
     import gc
 
     with jax.enable_x64(True):
-        data = _mixture.to_device(sp.csr_matrix(X), kernel="scipy")
+        data = _data.to_device(sp.csr_matrix(X), kernel="scipy")
         handle = data.handle
         key = int(np.asarray(handle)[0])
         del data
         gc.collect()
-        assert key in _mixture._HOST_BLOCKS  # the handle's buffer keeps its block alive
-        out = _mixture._host_product(handle, np.eye(D), shape=(N, D), transpose=False, bits=False)
+        assert key in _data._HOST_BLOCKS  # the handle's buffer keeps its block alive
+        out = _data._host_product(handle, np.eye(D), shape=(N, D), transpose=False, bits=False)
         np.testing.assert_allclose(out, X, rtol=1e-15)
         del handle
         gc.collect()
-        assert key not in _mixture._HOST_BLOCKS
+        assert key not in _data._HOST_BLOCKS
         with pytest.raises(RuntimeError, match=f"the host CSR block {key} of a sparse product"):
-            _mixture._host_product(
+            _data._host_product(
                 np.array([key], np.int32), np.eye(D), shape=(N, D), transpose=False, bits=False
             )
 
@@ -287,9 +287,9 @@ def test_host_block_lives_while_its_handle_does(X):
 def test_with_device_csr_adds_the_arrays_gibbs_reads(X):
     Xs = sp.csr_matrix(X)
     with jax.enable_x64(True):
-        data = _mixture.with_device_csr(_mixture.to_device(Xs, kernel="scipy"))
+        data = _data.with_device_csr(_data.to_device(Xs, kernel="scipy"))
         np.testing.assert_array_equal(np.asarray(data.indptr), Xs.indptr)
         np.testing.assert_array_equal(np.asarray(data.cols), Xs.indices)
         np.testing.assert_array_equal(np.asarray(data.values), Xs.data)
         # the products still run on the host block
-        np.testing.assert_allclose(np.asarray(_mixture.data_tdot(data, jnp.eye(N))), X.T)
+        np.testing.assert_allclose(np.asarray(_data.data_tdot(data, jnp.eye(N))), X.T)

@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 from conftest import shared_data_or_skip
 
-from bayesvmf import _mixture, _parallel
+from bayesvmf import _data, _mixture, _parallel
 from bayesvmf.data import check_directional
 from bayesvmf.models import SparseVMFMixture
 
@@ -81,7 +81,7 @@ SCRIPT = textwrap.dedent(
         args = (mu, kappa, np.asarray(_mixture.log_normalizer(d, kappa)), log_w)
         for name, data, kernel in (("dense", X, "auto"), ("scipy", Xs, "scipy"),
                                    ("segment_sum", Xs, "segment_sum")):
-            results = [run(args, _mixture.to_device(data, kernel=kernel)),
+            results = [run(args, _data.to_device(data, kernel=kernel)),
                        run(args, _parallel.row_blocks(data, devices=devices))]
             one, two = ([np.asarray(a).tolist() for a in jax.tree.leaves(r)] for r in results)
             out[name] = {"one": one, "two": two}
@@ -327,7 +327,7 @@ def test_padding_rows_and_entries_change_nothing(rng, kernel):
     with jax.enable_x64(True):
         log_c = np.asarray(_mixture.log_normalizer(7, kappa))
         blocks = _parallel.row_blocks(X, kernel=kernel, bucket=True)
-        plain_dense = _mixture.to_device(X.toarray())
+        plain_dense = _data.to_device(X.toarray())
     assert blocks.block_rows == 16  # rows padded
     # the scipy kernel keeps the block on the host and needs no padded entries
     assert blocks.data.nnz > X.nnz if kernel == "segment_sum" else blocks.data.nnz == X.nnz

@@ -12,7 +12,7 @@ import scipy.special
 from conftest import shared_data_or_skip
 from sklearn.metrics import adjusted_rand_score
 
-from bayesvmf import ConvergenceWarning, _mixture, criteria
+from bayesvmf import ConvergenceWarning, _data, _mixture, criteria
 from bayesvmf._mixture import DegenerateRunWarning, NotFittedError, Status
 from bayesvmf.models import SparsePath, SparseVMFMixture, select_sparse_model
 from bayesvmf.models import sparse as S
@@ -107,9 +107,9 @@ def test_beta0_equals_numpy_banerjee_em(small, shared, sparse_input):
     with jax.enable_x64(True):
         # sparse input: both product kernels (the SciPy callback, the XLA segment_sum)
         if sparse_input:
-            data = _mixture.to_device(sp.csr_matrix(X), kernel=sparse_input)
+            data = _data.to_device(sp.csr_matrix(X), kernel=sparse_input)
         else:
-            data = _mixture.to_device(X)
+            data = _data.to_device(X)
         state = S.fresh_state(log_w0[None], mu0[None], kappa0[None])
         # tol = -1: exactly n_iter iterations (tol = 0 stops a run whose bound repeats to
         # the last bit, which depends on how XLA fuses the step)
@@ -143,7 +143,7 @@ def test_estimator_log_likelihood_matches_numpy(small, fitted):
 def test_bound_never_decreases(small, beta, shared):
     X, _ = small
     with jax.enable_x64(True):
-        data = _mixture.to_device(X)
+        data = _data.to_device(X)
         state = S.init_state(
             jax.random.key(3),
             data,
@@ -439,7 +439,7 @@ def test_warm_start_equals_restart_from_dense_solution(small_path):
     X, path = small_path
     i = min(3, len(path) - 1)
     with jax.enable_x64(True):
-        data = _mixture.to_device(X)
+        data = _data.to_device(X)
         dense = S.fresh_state(
             np.log(path.weights[:1]), path.mean_directions[:1], path.concentrations[:1]
         )
@@ -487,7 +487,7 @@ def _true_class_fit(X, y, shared):
         )
         state = S.run_em(
             state,
-            _mixture.to_device(Xn),
+            _data.to_device(Xn),
             beta=0.0,
             kappa_max=1e6,
             tol=1e-6,

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from bayesvmf import _mixture
+from bayesvmf import _data
 from bayesvmf.exceptions import DegenerateRunWarning
 from bayesvmf.models import SparseVMFMixture
 from bayesvmf.models import sparse as S
@@ -50,7 +50,7 @@ def test_spherical_kmeans_equals_numpy_lloyd(small):
     # seeds near one another, so that the passes have work to do before they settle
     seeds = X[[0, 1, 2]]
     with jax.enable_x64(True):
-        data = _mixture.to_device(X)
+        data = _data.to_device(X)
         for passes in (1, 2, 50):
             out = np.asarray(S.spherical_kmeans(data, seeds, np.int64(passes)))
             expected = numpy_lloyd(X, seeds, passes)

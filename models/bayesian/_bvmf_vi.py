@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp, xlogy
 
-from bayesvmf import _mixture, _parallel, special
+from bayesvmf import _data, _mixture, _parallel, special
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian._kappa import KappaMoments, Priors
@@ -198,7 +198,7 @@ def _log_resp_unnormalised(data, post: Posterior, a_gamma):
     mean_mu = (a_gamma * post.kappa.mean_kappa)[:, None] * post.psi
     log_pi = _eb.expected_log_pi(post.rho)
     rows = _parallel.block_data(data)
-    return _mixture.data_dot(rows, mean_mu.T) + post.kappa.mean_log_c + log_pi
+    return _data.data_dot(rows, mean_mu.T) + post.kappa.mean_log_c + log_pi
 
 
 def _statistics(data, log_resp):
@@ -508,7 +508,7 @@ def _init_labels(keys, data, n_components: int, init: str):
 
     def one(key):
         mu = _mixture.INIT_METHODS[init](key, data, n_components)
-        return jnp.argmax(_mixture.data_dot(data, mu.T), axis=1)
+        return jnp.argmax(_data.data_dot(data, mu.T), axis=1)
 
     return jax.vmap(one)(keys)
 
@@ -615,7 +615,7 @@ def _log_predictive(data, rho, psi, gamma, kappa_draws, log_draw_weights):
     """Log posterior predictive per row (:meth:`BayesianVMFMixture.score_samples`)."""
     _mixture.count_trace("bayesian.log_predictive")
     d = data.shape[1]
-    cosines = _mixture.data_dot(data, psi.T)  # (n, K)
+    cosines = _data.data_dot(data, psi.T)  # (n, K)
     kappa = kappa_draws[:, None, :]  # (S, 1, K)
     norm_sq = kappa**2 + gamma**2 + 2.0 * kappa * gamma * cosines[None]
     norm = jnp.sqrt(jnp.maximum(norm_sq, 0.0))

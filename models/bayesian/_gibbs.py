@@ -22,8 +22,9 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import _guards, _mixture, special
-from bayesvmf._mixture import JIT_OPTIONS, count_trace, data_dot, data_tdot
+from bayesvmf import _data, _guards, _mixture, special
+from bayesvmf._data import data_dot, data_tdot
+from bayesvmf._mixture import JIT_OPTIONS, count_trace
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian._gibbs_kernel import (
     KAPPA_MAX,
@@ -167,7 +168,7 @@ def run_chains(
     states = _init_states(data, z, kappa, hyper.mu0, n_components)
     max_nnz = max_row_nnz(data)
     # the sweeps read rows of X inside the program: device CSR arrays beside the host blocks
-    data = _mixture.with_device_csr(data)
+    data = _data.with_device_csr(data)
 
     total = num_warmup + num_samples
     n_chunks = max(-(-total // GIBBS_CHUNK), 1)

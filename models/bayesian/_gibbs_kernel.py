@@ -61,8 +61,9 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import gammaln
 
-from bayesvmf import _mcmc, _mixture
-from bayesvmf._mixture import JIT_OPTIONS, DenseData, count_trace, data_dot, data_tdot
+from bayesvmf import _data, _mcmc, _mixture
+from bayesvmf._data import DenseData, data_dot, data_tdot
+from bayesvmf._mixture import JIT_OPTIONS, count_trace
 from bayesvmf.models.bayesian._kappa import Priors
 
 __all__ = [
@@ -214,7 +215,7 @@ def max_row_nnz(data) -> int:
     if isinstance(data, DenseData):
         return 1
     if data.handle is not None:  # the "scipy" kernel's host block: no copy
-        counts = np.diff(_mixture.host_csr(data).indptr)
+        counts = np.diff(_data.host_csr(data).indptr)
     else:
         counts = np.bincount(np.asarray(data.rows), minlength=1)
     return max(int(np.max(counts)), 1)
@@ -224,7 +225,7 @@ def _row_reader(data, max_nnz: int):
     """Return ``read(i) -> (cols, x)``: the nonzeros of row i (dense: ``cols`` is None).
 
     Sparse rows are read from the device CSR arrays of ``data`` (``indptr`` added by
-    :func:`bayesvmf._mixture.with_device_csr` for the "scipy" kernel, or rebuilt from the
+    :func:`bayesvmf._data.with_device_csr` for the "scipy" kernel, or rebuilt from the
     row-sorted ``rows`` of the "segment_sum" kernel) as a window of
     ``max_nnz`` entries, the entries past the row's end masked to zero; the arrays are padded
     by ``max_nnz`` so that a window never runs past their end (``dynamic_slice`` would shift

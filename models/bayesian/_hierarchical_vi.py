@@ -84,7 +84,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from bayesvmf import _mixture, _parallel
+from bayesvmf import _data, _mixture, _parallel
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
@@ -228,7 +228,7 @@ def e_step(data, tree: Tree, state: HState) -> ZStats:
     devices (``psum``).
     """
     k = state.kappa
-    cos = _mixture.data_dot(_parallel.block_data(data), state.emu[tree.leaves].T)
+    cos = _data.data_dot(_parallel.block_data(data), state.emu[tree.leaves].T)
     log_pi = _eb.expected_log_pi(state.rho)
     wlp = log_pi + k.mean_log_c[tree.leaves] + k.mean_kappa[tree.leaves] * cos
     log_lam = wlp - logsumexp(wlp, axis=1, keepdims=True)
@@ -329,7 +329,7 @@ def _leaf_log_predictive(data, psi, gamma, mean_log_kappa, var_log_kappa, log_we
 def _leaf_log_predictive_rows(params, data):
     """Log E[pi_l] + log p(x_i | leaf l, q) of the rows of plain data or of one block."""
     psi, gamma, mean_log_kappa, var_log_kappa, log_weights = params
-    cos = _mixture.data_dot(data, psi.T)
+    cos = _data.data_dot(data, psi.T)
     return predictive_log_density(data.shape[1], cos, gamma, mean_log_kappa, var_log_kappa) + (
         log_weights
     )

@@ -26,7 +26,7 @@ from jax.scipy.special import logsumexp
 from jax.sharding import PartitionSpec as P
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _guards, _mixture, _parallel, special
+from bayesvmf import _data, _guards, _mixture, _parallel, special
 from bayesvmf._base import RANDOM_STATE, check_count, make_key
 from bayesvmf._mixture import count_trace
 from bayesvmf.exceptions import ConvergenceWarning
@@ -181,7 +181,7 @@ def host_rows(values, data) -> np.ndarray:
 def fit_data(Xc, devices: list | None):
     """Return checked data on the device: plain, or one row block per device."""
     if devices is None:
-        return _mixture.to_device(Xc)
+        return _data.to_device(Xc)
     return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
 
 
@@ -191,7 +191,7 @@ def _row_sum_blocks(data):
     count_trace("hierarchical.row_sum")
 
     def body(_, data):
-        total = _mixture.data_tdot(data.data, data.row_weight[:, None])[:, 0]
+        total = _data.data_tdot(data.data, data.row_weight[:, None])[:, 0]
         return _parallel.sum_over_blocks(data, total)[0]
 
     return _parallel.map_blocks(body, jnp.zeros(()), data)
@@ -262,7 +262,7 @@ def data_mean_direction(data) -> np.ndarray:
     if isinstance(data, _parallel.RowBlocks):
         total = np.asarray(_row_sum_blocks(data))
     else:
-        total = np.asarray(_mixture.data_tdot(data, jnp.ones((data.shape[0], 1)))[:, 0])
+        total = np.asarray(_data.data_tdot(data, jnp.ones((data.shape[0], 1)))[:, 0])
     norm = np.linalg.norm(total)
     if norm == 0:
         total, norm = np.eye(data.shape[1])[0], 1.0

@@ -122,7 +122,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from bayesvmf import _mixture, _parallel, special
+from bayesvmf import _data, _mixture, _parallel, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
@@ -364,7 +364,7 @@ def _time_onehot(times, n_times):
 def _row_cosines(data, times, M):
     """x_i . M[t_i, k] for M of shape (T, K, d): one product X @ M^T over all T K columns."""
     n_times, n_comp, d = M.shape
-    cos = _mixture.data_dot(data, M.reshape(n_times * n_comp, d).T)
+    cos = _data.data_dot(data, M.reshape(n_times * n_comp, d).T)
     cos = cos.reshape(-1, n_times, n_comp)
     return jnp.take_along_axis(cos, times[:, None, None], axis=1)[:, 0, :]
 
@@ -381,7 +381,7 @@ def _statistics(data, times, lam, n_times: int, log_lam=None) -> TStats:
     rows = _parallel.block_data(data)
     onehot = _time_onehot(times, n_times)
     spread = (onehot[:, :, None] * weighted[:, None, :]).reshape(-1, n_times * n_comp)
-    resultant = _mixture.data_tdot(rows, spread).T.reshape(n_times, n_comp, rows.shape[1])
+    resultant = _data.data_tdot(rows, spread).T.reshape(n_times, n_comp, rows.shape[1])
     resp_sum = onehot.T @ weighted
     if log_lam is None:
         entropy = jnp.zeros((), jnp.float64)
@@ -498,7 +498,7 @@ def _initial_statistics(rng_key, data, times, *, n_times: int, n_components: int
 
     def body(rng_key, data, times):
         mu = _parallel.INIT_METHODS[init](rng_key, data, n_components)
-        labels = jnp.argmax(_mixture.data_dot(_parallel.block_data(data), mu.T), axis=1)
+        labels = jnp.argmax(_data.data_dot(_parallel.block_data(data), mu.T), axis=1)
         lam = jax.nn.one_hot(labels, n_components, dtype=jnp.float64)
         return _statistics(data, times, lam, n_times)
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from bayesvmf import _mixture
+from bayesvmf import _data
 
 __all__ = [
     "check_parents",
@@ -254,17 +254,17 @@ def paths_to_leaves(parents: np.ndarray, labels) -> np.ndarray:
 def host_matrix(data):
     """Return the data as a host NumPy array or SciPy CSR matrix (initialisation).
 
-    ``data`` is device data (:class:`~bayesvmf._mixture.DenseData` or
-    :class:`~bayesvmf._mixture.SparseData` of one block) or the checked host input itself
+    ``data`` is device data (:class:`~bayesvmf._data.DenseData` or
+    :class:`~bayesvmf._data.SparseData` of one block) or the checked host input itself
     (an ndarray or a SciPy sparse matrix: what a fit over several devices passes).
     """
     if isinstance(data, np.ndarray):
         return data.astype(np.float64, copy=False)
     if sp.issparse(data):
         return sp.csr_matrix(data).astype(np.float64, copy=False)
-    if isinstance(data, _mixture.DenseData):
+    if isinstance(data, _data.DenseData):
         return np.asarray(data.X, np.float64)
-    return _mixture.host_csr(data).astype(np.float64, copy=False)
+    return _data.host_csr(data).astype(np.float64, copy=False)
 
 
 def _dense_rows(X, j):

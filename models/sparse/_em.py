@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf import _mixture, _parallel
+from bayesvmf import _data, _mixture, _parallel
 from bayesvmf._mixture import Status
 
 #: Cap and tolerance of the mu/kappa fixed point inside one M-step (Algorithm 2, inner loop).
@@ -583,7 +583,7 @@ def run_em(
 def _pass_work(data, n_components: int) -> int:
     """Multiply-adds of one run's data pass: the two products, 2 K (nnz or n d)."""
     inner = data.data if isinstance(data, _parallel.RowBlocks) else data
-    if isinstance(inner, _mixture.SparseData):
+    if isinstance(inner, _data.SparseData):
         entries = inner.nnz
     else:
         n, d = inner.shape

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
-from bayesvmf import _guards, _mixture, _parallel, criteria
+from bayesvmf import _data, _guards, _mixture, _parallel, criteria
 from bayesvmf._base import check_count
 from bayesvmf._mixture import Status
 from bayesvmf.models.sparse import _em
@@ -315,7 +315,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         """Return the training data: on the default device, or sharded with ``devices``."""
         self._online = None  # a batch fit forgets any earlier partial_fit stream
         if self.devices is None:
-            return _mixture.to_device(Xc, self._product_dtype())
+            return _data.to_device(Xc, self._product_dtype())
         return self._blocks(Xc)
 
     def _training_labels(self, data) -> np.ndarray:
@@ -605,7 +605,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         records: list[dict[str, Any]] = []
         stop_reason = "max_steps"
         with jax.enable_x64(True):
-            data = _mixture.to_device(Xc, dense._product_dtype())
+            data = _data.to_device(Xc, dense._product_dtype())
             del Xc  # the device copy serves the whole path
             n, d = data.shape
             dense._fit(data, self._make_key())

@@ -1,0 +1,513 @@
+"""The data layer of the vMF mixtures: device data and the two data products.
+
+Every vMF mixture touches its rows through two products only (docs/design.md section 2):
+``X @ M`` (:func:`data_dot`, the log-likelihood matrix ``X @ mu.T``) and ``X.T @ R``
+(:func:`data_tdot`, the resultants ``resp.T @ X``). This module holds the device data
+(:class:`DenseData`, :class:`SparseData`), :func:`to_device`, the host registry of the
+"scipy" sparse kernel and the two products. The rows split over several devices are
+:class:`bayesvmf._parallel.RowBlocks`.
+
+Numerics: the two products run in the dtype of the stored data values (float32 with
+``dtype="mixed"``, float64 with ``dtype="float64"``; docs/design.md section 5) and are cast
+back to the caller's dtype. Dense products are XLA dots (BLAS-class kernels on CPU). On CPU
+the sparse products call SciPy's compiled CSR/CSC kernels through an XLA custom call
+(:mod:`bayesvmf._host_kernel`: cacheable, unlike ``jax.pure_callback``; the floor of
+docs/design.md section 5 itself); elsewhere they are sorted ``segment_sum`` programs
+(:class:`SparseData`).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+
+from bayesvmf import _host_kernel
+
+__all__ = [
+    "DenseData",
+    "SparseData",
+    "SPARSE_KERNELS",
+    "to_device",
+    "host_csr",
+    "host_blocks",
+    "with_device_csr",
+    "data_dot",
+    "data_tdot",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Device data and the two data products
+# --------------------------------------------------------------------------------------------
+
+
+class DenseData(NamedTuple):
+    """Dense data on the device.
+
+    Attributes
+    ----------
+    X : jax.Array of shape (n_samples, n_features)
+        Unit rows, in the dtype of the data products.
+    """
+
+    X: jax.Array
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(n_samples, n_features)."""
+        return self.X.shape
+
+
+#: Kernels of the two sparse products (see :class:`SparseData`).
+SPARSE_KERNELS = ("auto", "scipy", "segment_sum")
+
+
+@jax.tree_util.register_pytree_node_class
+class SparseData:
+    """Sparse data for the two products: a host CSR matrix, or sorted COO arrays on the device.
+
+    Two kernels compute the products ``X @ M`` and ``X.T @ R`` of an iteration (docs/design.md
+    section 5); the matrix is never densified and memory stays O(nnz):
+
+    ``"scipy"`` (the default on CPU)
+        A call into SciPy's compiled CSR/CSC products (on the CPU backend an XLA custom
+        call, :mod:`bayesvmf._host_kernel`, so the program can enter the persistent
+        compilation cache; ``jax.pure_callback`` otherwise). The CSR matrix stays
+        on the host, registered once (:func:`register_host_block`); the program carries only
+        its int32 ``handle``, so a product ships just its dense operand and result across
+        the callback boundary. (JAX copies every callback operand into a fresh
+        buffer: passing the CSR arrays themselves cost a copy of the whole data per product,
+        which is what made a fit's peak memory 8-16x the data before this design.) These
+        products *are* the floor of docs/design.md section 5, so an iteration costs about the
+        floor plus the O(nK) elementwise work. Batched (vmapped) right-hand sides are
+        concatenated into products of several columns each, so restarts share passes over
+        the data (:data:`PRODUCT_DENSE_BYTES`). Code that reads rows inside a program
+        (collapsed Gibbs) adds device copies of the CSR arrays with :func:`with_device_csr`.
+        One device only: data sharded over several devices uses ``"segment_sum"``
+        (:func:`bayesvmf._parallel.row_blocks` says why).
+    ``"segment_sum"`` (the default on GPU/TPU, where a host callback would copy, and for
+    data sharded over devices)
+        One sorted ``segment_sum`` per product: ``X @ M`` over the row-sorted COO arrays
+        ``rows``, ``cols``, ``values``, ``X.T @ R`` over the column-sorted copy ``t_rows``,
+        ``t_cols``, ``t_values``.
+
+    Parameters
+    ----------
+    rows, cols, values : jax.Array of shape (nnz,) or None
+        Row-sorted coordinates and values (``segment_sum``); with the ``scipy`` kernel,
+        ``cols`` and ``values`` are the device CSR arrays added by :func:`with_device_csr`,
+        else None, and ``rows`` is None.
+    t_rows, t_cols, t_values : jax.Array of shape (nnz,) or None
+        The same entries sorted by column (``segment_sum`` kernel only).
+    shape : tuple of int
+        (n_samples, n_features) of one row block, static.
+    indptr : jax.Array of shape (n_samples + 1,) or None
+        Device CSR row pointers (``scipy`` kernel after :func:`with_device_csr`).
+    kernel : {"scipy", "segment_sum"}, default "segment_sum"
+        Static.
+    handle : jax.Array of int32, shape (1,), or None
+        ``scipy`` kernel: the registry handle of the host CSR matrix.
+    dtype : dtype or None
+        Static dtype of the values, hence of the products (default: that of ``values``).
+    """
+
+    def __init__(
+        self,
+        rows,
+        cols,
+        values,
+        t_rows,
+        t_cols,
+        t_values,
+        shape,
+        indptr=None,
+        kernel="segment_sum",
+        handle=None,
+        dtype=None,
+    ):
+        self.rows, self.cols, self.values = rows, cols, values
+        self.t_rows, self.t_cols, self.t_values = t_rows, t_cols, t_values
+        self.indptr = indptr
+        self.handle = handle
+        self.shape = tuple(int(s) for s in shape)
+        self.kernel = kernel
+        self.dtype = jnp.dtype(dtype if dtype is not None else values.dtype)
+        # the registry entries of the host blocks live while this object (or a program
+        # still using ``handle``, see register_host_block) does; copies made by
+        # tree_unflatten share the handle but not this reference
+        self._anchors = ()
+
+    def tree_flatten(self):
+        """Flatten into arrays (children) and the static shape, kernel, dtype (aux data)."""
+        children = (
+            self.rows,
+            self.cols,
+            self.values,
+            self.t_rows,
+            self.t_cols,
+            self.t_values,
+            self.indptr,
+            self.handle,
+        )
+        return children, (self.shape, self.kernel, self.dtype.name)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        """Rebuild from :meth:`tree_flatten` output."""
+        shape, kernel, dtype = aux
+        *arrays, indptr, handle = children
+        return cls(*arrays, shape, indptr=indptr, kernel=kernel, handle=handle, dtype=dtype)
+
+    @property
+    def nnz(self) -> int:
+        """Number of stored entries (padding included); read on the host, outside programs."""
+        if self.values is not None:
+            return int(self.values.shape[0])
+        return sum(block.nnz for block in host_blocks(self))
+
+
+# --------------------------------------------------------------------------------------------
+# The host registry of the "scipy" kernel
+# --------------------------------------------------------------------------------------------
+
+#: handle -> host CSR block of the "scipy" kernel. An entry is removed when its anchor (an
+#: object that owns the block's handle array) is freed, see register_host_block.
+_HOST_BLOCKS: dict[int, sp.csr_matrix] = {}
+_NEXT_HANDLE = iter(range(1, 2**31))
+
+
+class _HostAnchor:
+    """Owns the registry entry of one host CSR block and the memory of its int32 handle.
+
+    On CPU, ``jax.device_put`` of a 64-byte-aligned NumPy array aliases its memory instead of
+    copying it, and the device buffer keeps the array, and so this anchor, alive until the
+    buffer is freed, which the runtime delays until no enqueued program uses it. A program
+    that reads the handle therefore always finds its block in the registry, even when the
+    :class:`SparseData` it came from has been dropped before the program ran.
+    """
+
+    def __init__(self, handle: int):
+        raw = np.zeros(32, np.int32)
+        start = (-raw.ctypes.data % 64) // 4
+        self._memory = raw[start : start + 1]
+        self._memory[0] = handle
+        self.__array_interface__ = self._memory.__array_interface__
+        weakref.finalize(self, _HOST_BLOCKS.pop, handle, None)
+
+
+def register_host_block(block: sp.csr_matrix) -> tuple[np.ndarray, _HostAnchor]:
+    """Register a host CSR block for the "scipy" kernel; return its handle and anchor.
+
+    Parameters
+    ----------
+    block : scipy.sparse.csr_matrix
+        Kept as it is (never modified), so it may share memory with the caller's matrix.
+
+    Returns
+    -------
+    handle : ndarray of int32, shape (1,)
+        The handle array, to be placed on the device (zero-copy on CPU).
+    anchor : object
+        The object that keeps the registry entry; hold it as long as the handle is used
+        (:class:`SparseData` does).
+    """
+    handle = next(_NEXT_HANDLE)
+    anchor = _HostAnchor(handle)
+    _HOST_BLOCKS[handle] = block
+    return np.asarray(anchor), anchor
+
+
+def _lookup(handle: int) -> sp.csr_matrix:
+    try:
+        return _HOST_BLOCKS[int(handle)]
+    except KeyError:
+        raise RuntimeError(
+            f"the host CSR block {int(handle)} of a sparse product was released before the "
+            "product ran; keep the SparseData returned by to_device/row_blocks alive while "
+            "its programs run"
+        ) from None
+
+
+def host_blocks(data: SparseData) -> list[sp.csr_matrix]:
+    """Return the host CSR block of "scipy"-kernel data in a list (outside programs; no copy)."""
+    if data.handle is None:
+        raise ValueError("host_blocks needs SparseData of the 'scipy' kernel")
+    return [_lookup(h) for h in np.asarray(data.handle).reshape(-1)]
+
+
+def host_csr(data: SparseData) -> sp.csr_matrix:
+    """Return sparse data as one host CSR matrix of its values' dtype.
+
+    No copy for "scipy"-kernel data; otherwise built from the device arrays.
+    """
+    if data.handle is not None:
+        (block,) = host_blocks(data)
+        return block
+    values, cols = np.asarray(data.values), np.asarray(data.cols)
+    if data.indptr is not None:
+        return sp.csr_matrix((values, cols, np.asarray(data.indptr)), shape=data.shape)
+    return sp.csr_matrix((values, (np.asarray(data.rows), cols)), shape=data.shape)
+
+
+def with_device_csr(data):
+    """Return "scipy"-kernel data with device copies of its CSR arrays ``indptr/cols/values``.
+
+    For programs that read rows of X directly (collapsed Gibbs). One block only; other data
+    is returned unchanged. The result keeps ``data``'s host registration alive.
+    """
+    if not isinstance(data, SparseData) or data.handle is None or data.indptr is not None:
+        return data
+    (block,) = host_blocks(data)
+    out = SparseData(
+        None,
+        jnp.asarray(block.indices, jnp.int32),
+        jnp.asarray(block.data, data.dtype),
+        None,
+        None,
+        None,
+        data.shape,
+        indptr=jnp.asarray(block.indptr, jnp.int32),
+        kernel=data.kernel,
+        handle=data.handle,
+        dtype=data.dtype,
+    )
+    out._anchors = data._anchors
+    return out
+
+
+def _resolve_kernel(kernel: str) -> str:
+    if kernel not in SPARSE_KERNELS:
+        raise ValueError(f"kernel must be one of {SPARSE_KERNELS}; got {kernel!r}.")
+    if kernel == "auto":
+        return "scipy" if jax.default_backend() == "cpu" else "segment_sum"
+    return kernel
+
+
+def host_block(csr: sp.csr_matrix, dtype, rows: int | None = None) -> sp.csr_matrix:
+    """Return ``csr`` with values in ``dtype`` and ``rows`` rows (empty rows appended).
+
+    Shares the index arrays (and the values when their dtype already matches) with ``csr``,
+    which is never modified.
+    """
+    n, d = csr.shape
+    rows = n if rows is None else int(rows)
+    indptr = csr.indptr
+    if rows > n:
+        indptr = np.concatenate([indptr, np.full(rows - n, indptr[-1], indptr.dtype)])
+    values = csr.data.astype(np.dtype(jnp.dtype(dtype).name), copy=False)
+    if values is csr.data and indptr is csr.indptr:
+        return csr
+    return sp.csr_matrix((values, csr.indices, indptr), shape=(rows, d), copy=False)
+
+
+def scipy_kernel_data(block: sp.csr_matrix, dtype) -> SparseData:
+    """Register a host CSR block and return its "scipy"-kernel :class:`SparseData`.
+
+    The handle goes to the default device. The "scipy" kernel serves one device only: a
+    program over several devices must not call back into Python (see
+    :func:`bayesvmf._parallel.row_blocks`).
+    """
+    handle, anchor = register_host_block(block)
+    data = SparseData(
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        block.shape,
+        kernel="scipy",
+        handle=jax.device_put(handle),
+        dtype=dtype,
+    )
+    data._anchors = (anchor,)
+    return data
+
+
+def to_device(X, dtype=jnp.float64, kernel: str = "auto") -> DenseData | SparseData:
+    """Move checked data (unit rows) to the device once.
+
+    Parameters
+    ----------
+    X : ndarray, jax.Array, scipy.sparse matrix or jax.experimental.sparse.BCOO
+        Validated data of shape (n_samples, n_features). It is not modified.
+    dtype : dtype, default float64
+        Dtype of the stored values, hence of the two data products.
+    kernel : {"auto", "scipy", "segment_sum"}, default "auto"
+        Kernel of the sparse products (:class:`SparseData`); "auto" is "scipy" on CPU and
+        "segment_sum" elsewhere. Ignored for dense input. With "scipy" the CSR matrix stays
+        on the host and shares its index arrays (and float64 values) with ``X``.
+
+    Returns
+    -------
+    DenseData or SparseData
+    """
+    try:
+        from jax.experimental import sparse as jsparse
+
+        if isinstance(X, jsparse.BCOO):
+            X = sp.coo_matrix(
+                (np.asarray(X.data), (np.asarray(X.indices[:, 0]), np.asarray(X.indices[:, 1]))),
+                shape=X.shape,
+            )
+    except ImportError:  # pragma: no cover - jax always ships experimental.sparse
+        pass
+    if sp.issparse(X):
+        kernel = _resolve_kernel(kernel)
+        csr = sp.csr_matrix(X)  # a new object sharing X's arrays when X is CSR
+        if not csr.has_canonical_format:
+            csr = csr.copy()  # sum_duplicates works in place: never on X's arrays
+            csr.sum_duplicates()
+        n, d = csr.shape
+        if kernel == "scipy":
+            return scipy_kernel_data(host_block(csr, dtype), dtype)
+        cols = jnp.asarray(csr.indices.astype(np.int32))
+        values = jnp.asarray(csr.data, dtype=dtype)
+        rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(csr.indptr))
+        csc = csr.tocsc()
+        t_cols = np.repeat(np.arange(d, dtype=np.int32), np.diff(csc.indptr))
+        return SparseData(
+            jnp.asarray(rows),
+            cols,
+            values,
+            jnp.asarray(csc.indices.astype(np.int32)),
+            jnp.asarray(t_cols),
+            jnp.asarray(csc.data, dtype=dtype),
+            (n, d),
+            None,
+            kernel,
+        )
+    return DenseData(jnp.asarray(X, dtype=dtype))
+
+
+def _data_dtype(data):
+    return data.X.dtype if isinstance(data, DenseData) else data.dtype
+
+
+def _host_product(handle, B, *, shape, transpose, bits):
+    """Host side of the "scipy" kernel: ``X @ B`` or ``X.T @ B`` for B of shape (..., r, m).
+
+    ``X`` is the registered host block of ``handle``. Leading (vmapped) axes of B are folded
+    into the columns of one product. The handle arrives unbatched (``vmap_method=
+    "expand_dims"`` only adds unit axes). With ``bits``, float64 operands and the result
+    travel as their uint32 bit patterns (shape (..., 2)), see :func:`_scipy_product`.
+    """
+    handle = np.asarray(handle).reshape(-1)
+    if handle.size != 1:
+        raise ValueError("the sparse data of a product cannot be batched (vmapped)")
+    A = _lookup(handle[0])
+    if A.shape != shape:  # pragma: no cover - guarded by construction
+        raise ValueError(f"host block of shape {A.shape} where {shape} was expected")
+    B = np.asarray(B)
+    if bits:
+        B = np.ascontiguousarray(B).view(np.float64)[..., 0]
+    lead, (r, m) = B.shape[:-2], B.shape[-2:]
+    B = B.reshape(-1, r, m)
+    # right-hand sides of several restarts share a pass over X, in groups whose (d, columns)
+    # dense side (read or written at random rows) stays within PRODUCT_DENSE_BYTES
+    group = max(1, PRODUCT_DENSE_BYTES // (shape[1] * m * B.dtype.itemsize))
+    parts = []
+    for start in range(0, B.shape[0], group):
+        part = B[start : start + group]
+        B2 = np.moveaxis(part, 0, 1).reshape(r, -1)
+        out = np.asarray(A.T @ B2 if transpose else A @ B2)
+        parts.append(np.moveaxis(out.reshape(out.shape[0], -1, m), 1, 0))
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    out = np.ascontiguousarray(out.reshape(*lead, *out.shape[-2:]), dtype=A.dtype)
+    return out.view(np.uint32).reshape(*out.shape, 2) if bits else out
+
+
+#: Largest (d, columns) dense side of one SciPy product: restarts beyond it get products of
+#: their own. Measured on the 18,846 x 26,214 corpus with 1.7M nonzeros, float64: the two
+#: products of 4 restarts (80 columns, 16.8 MB) in one pass took 120-151 ms, in two passes
+#: of 40 columns 104 ms; float32 (8.4 MB) is fastest in one pass (51-57 ms).
+PRODUCT_DENSE_BYTES = 8_400_000
+
+
+@functools.cache
+def _host_callback(shape: tuple[int, int], transpose: bool, bits: bool):
+    """One host function per (shape, transpose, bits), shared by every trace."""
+    return functools.partial(_host_product, shape=shape, transpose=transpose, bits=bits)
+
+
+def _scipy_product(data, B, transpose: bool):
+    """``X @ B`` or ``X.T @ B`` through SciPy (the "scipy" kernel of :class:`SparseData`).
+
+    Only the block's handle, ``B`` and the result cross the callback boundary. float64
+    operands cross it as uint32 bit patterns: JAX re-places the callback's arguments and
+    checks its results under the x64 setting of the thread XLA runs the callback on, which is
+    not the caller's scoped ``jax.enable_x64(True)``; float64 would then arrive as float32
+    (observed as intermittent dtype errors). Bit patterns are exact.
+    """
+    if _host_kernel.available():  # a custom call that the compilation cache can keep
+        return _host_kernel.scipy_product(data.handle, B, shape=data.shape, transpose=transpose)
+    rows = data.shape[1] if transpose else data.shape[0]
+    bits = data.dtype == jnp.float64
+    host = _host_callback(data.shape, transpose, bits)
+    if bits:
+        B = jax.lax.bitcast_convert_type(B, jnp.uint32)
+    shape = (*B.shape[: -3 if bits else -2], rows, B.shape[-2 if bits else -1])
+    if bits:
+        result = jax.ShapeDtypeStruct((*shape, 2), jnp.uint32)
+    else:
+        result = jax.ShapeDtypeStruct(shape, data.dtype)
+    out = jax.pure_callback(host, result, data.handle, B, vmap_method="expand_dims")
+    return jax.lax.bitcast_convert_type(out, jnp.float64) if bits else out
+
+
+def data_dot(data, M: jax.Array) -> jax.Array:
+    """Compute ``X @ M`` (the first data product of an iteration).
+
+    Parameters
+    ----------
+    data : DenseData or SparseData
+        Data of shape (n_samples, n_features).
+    M : jax.Array of shape (n_features, m)
+
+    Returns
+    -------
+    jax.Array of shape (n_samples, m), in the dtype of ``M``.
+    """
+    out_dtype = M.dtype
+    M = M.astype(_data_dtype(data))
+    if isinstance(data, DenseData):
+        return (data.X @ M).astype(out_dtype)
+    if data.kernel == "scipy":
+        return _scipy_product(data, M, transpose=False).astype(out_dtype)
+    contrib = data.values[:, None] * M[data.cols]
+    out = jax.ops.segment_sum(
+        contrib, data.rows, num_segments=data.shape[0], indices_are_sorted=True
+    )
+    return out.astype(out_dtype)
+
+
+def data_tdot(data, R: jax.Array) -> jax.Array:
+    """Compute ``X.T @ R`` (the second data product of an iteration).
+
+    Parameters
+    ----------
+    data : DenseData or SparseData
+        Data of shape (n_samples, n_features).
+    R : jax.Array of shape (n_samples, m)
+
+    Returns
+    -------
+    jax.Array of shape (n_features, m), in the dtype of ``R``.
+    """
+    out_dtype = R.dtype
+    R = R.astype(_data_dtype(data))
+    if isinstance(data, DenseData):
+        return (data.X.T @ R).astype(out_dtype)
+    if data.kernel == "scipy":
+        return _scipy_product(data, R, transpose=True).astype(out_dtype)
+    contrib = data.t_values[:, None] * R[data.t_rows]
+    out = jax.ops.segment_sum(
+        contrib, data.t_cols, num_segments=data.shape[1], indices_are_sorted=True
+    )
+    return out.astype(out_dtype)
