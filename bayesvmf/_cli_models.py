@@ -73,7 +73,7 @@ def _dirichlet(args):
         n_init=args.n_init,
         max_iter=args.max_iter,
         random_state=args.seed,
-        progress_bar=args.progress,
+        verbose=int(args.progress),
         devices=args.devices,
     )
 
@@ -108,7 +108,7 @@ def _bayesian(inference, kappa_update="sampling"):
             n_init=args.n_init,
             max_iter=args.max_iter,
             random_state=args.seed,
-            progress_bar=args.progress,
+            verbose=int(args.progress),
             devices=args.devices if inference == "vi" else None,
         )
 

@@ -336,3 +336,23 @@ def test_kmle_wishart_clone_pickle_grid_search_and_not_fitted():
     search = GridSearchCV(KMLEMixture(random_state=0), grid, cv=folds).fit(X)
     # two scales 9 apart: the held-out log-likelihood prefers 2 components to 1
     assert search.best_params_ == {"n_components": 2}
+
+
+@pytest.mark.parametrize("name", ["BayesianVMFMixture", "DirichletVMFMixture"])
+def test_verbose_is_the_progress_switch(name, capsys):
+    """`verbose` (scikit-learn's int level) replaces the former `progress_bar`: 0 is silent,
+    1 draws a tqdm bar on stderr."""
+    import bayesvmf.models
+
+    cls = getattr(bayesvmf.models, name)
+    rng = np.random.default_rng(0)
+    X = np.abs(rng.normal(size=(40, 3)))
+    data = [X[:20], X[20:]] if name == "DirichletVMFMixture" else X
+    assert "progress_bar" not in cls().get_params() and cls().verbose == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 3 iterations do not converge
+        cls(2, max_iter=3, random_state=0).fit(data)
+        assert capsys.readouterr().err == ""
+        cls(2, max_iter=3, random_state=0, verbose=1).fit(data)
+    err = capsys.readouterr().err
+    assert "it/s" in err or "s/it" in err, err

@@ -71,7 +71,7 @@ def runs(problem):
                 n_components=K,
                 num_warmup=NUM_WARMUP,
                 num_samples=NUM_SAMPLES,
-                progress_bar=name == "sparse",
+                verbose=int(name == "sparse"),
             )
             traces = TRACE_COUNTS.get("bayesian.gibbs_chunk", 0) - before
             out[name] = (data, result, traces)
@@ -89,7 +89,7 @@ def fitted(problem, runs):
         num_chains=2,
         num_warmup=NUM_WARMUP,
         num_samples=NUM_SAMPLES,
-        progress_bar=False,
+        verbose=0,
         shared_kappa=False,
     )
     with jax.enable_x64(True):
@@ -312,7 +312,7 @@ def test_kappa_marginal_matches_nuts(fitted, problem):
         num_warmup=150,
         num_samples=300,
         num_chains=1,
-        progress_bar=False,
+        verbose=0,
     )
     mcmc.run(
         jax.random.key(2), jnp.asarray(problem.X), K, pr.alpha, jnp.asarray(pr.mu0), pr.C0,
@@ -403,7 +403,7 @@ def test_convergence_warning(problem, runs, monkeypatch):
         num_chains=2,
         num_warmup=NUM_WARMUP,
         num_samples=NUM_SAMPLES,
-        progress_bar=False,
+        verbose=0,
         shared_kappa=False,
     )
     with jax.enable_x64(True), pytest.warns(ConvergenceWarning, match="split R-hat of kappa"):
@@ -419,7 +419,7 @@ def test_bad_init_labels(problem):
         num_chains=2,
         num_warmup=1,
         num_samples=1,
-        progress_bar=False,
+        verbose=0,
         shared_kappa=False,
     )
     labels = problem.init_labels.copy()

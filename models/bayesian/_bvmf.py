@@ -117,7 +117,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
     random_state : None, int, numpy RandomState or Generator, or jax key, default None
         Seed of a fit (:func:`bayesvmf._base.make_key`): an int is reproducible; a
         RandomState or Generator gives a seed drawn from it; None a fresh one.
-    progress_bar : bool, default False
+    verbose : int, default 0
+        0 is silent; 1 or more shows a tqdm bar over the iterations (scikit-learn's meaning).
     devices : None, int or list of jax devices, default None
         Data-parallel VI (docs/design.md section 6): the rows of X are split into one equal block
         per device (``jax.sharding``; padding rows weigh 0); every device computes q(z) of
@@ -219,7 +220,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         "learning_offset": [NONNEGATIVE],
         "normalize": ["boolean"],
         "random_state": RANDOM_STATE,
-        "progress_bar": ["boolean"],
+        "verbose": ["verbose"],
         "devices": _parallel.DevicesOption(),
     }
 
@@ -280,7 +281,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         learning_offset: float = 1.0,
         normalize: bool = True,
         random_state=None,
-        progress_bar: bool = False,
+        verbose: int = 0,
         devices=None,
     ):
         self.n_components = n_components
@@ -308,7 +309,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         self.learning_offset = learning_offset
         self.normalize = normalize
         self.random_state = random_state
-        self.progress_bar = progress_bar
+        self.verbose = verbose
         self.devices = devices
 
     def get_params(self, deep: bool = True) -> dict:
@@ -442,11 +443,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         tol, max_iter = np.float64(self.tol), np.int64(self.max_iter)
         empirical_bayes = np.bool_(self.empirical_bayes)
         history = []
-        progress = None
-        if self.progress_bar:
-            from tqdm.auto import tqdm
-
-            progress = tqdm(total=self.max_iter, desc=f"VI ({batch} restarts)", leave=False)
+        progress = self._progress(self.max_iter, f"VI ({batch} restarts)")
         try:
             active = self.max_iter > 0
             while active:

@@ -415,7 +415,7 @@ def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels):
     ----------
     estimator : BayesianVMFMixture
         Read: ``n_components``, ``num_chains``, ``num_warmup``, ``num_samples``,
-        ``progress_bar``, ``shared_kappa``.
+        ``verbose``, ``shared_kappa``.
     data : DenseData or SparseData
         Training rows (unit norm), shape (n, d).
     rng_key : jax.Array
@@ -446,7 +446,7 @@ def fit_gibbs(estimator, data, rng_key, priors: Priors, init_labels):
         n_components=n_components,
         num_warmup=num_warmup,
         num_samples=num_samples,
-        progress_bar=bool(estimator.progress_bar),
+        progress_bar=bool(estimator.verbose),
         shared_kappa=bool(estimator.shared_kappa),
     )
     perms = align_chains(result.frequency)

@@ -110,7 +110,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
     normalize : bool, default True
     random_state : None, int, numpy RandomState or Generator, or jax key, default None
         Seed of a fit (:func:`bayesvmf._base.make_key`).
-    progress_bar : bool, default False
+    verbose : int, default 0
+        0 is silent; 1 or more shows a tqdm bar over the iterations (scikit-learn's meaning).
     devices : None, int or list of jax devices, default None
         Data-parallel VI (docs/design.md section 6): the rows of X are split into one equal block
         per device (``jax.sharding``; padding rows weigh 0); every device computes q(z) of
@@ -218,7 +219,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         kappa_num_steps: int = 20,
         normalize: bool = True,
         random_state=None,
-        progress_bar: bool = False,
+        verbose: int = 0,
         devices=None,
     ):
         self.parents = parents
@@ -239,7 +240,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         self.kappa_num_steps = kappa_num_steps
         self.normalize = normalize
         self.random_state = random_state
-        self.progress_bar = progress_bar
+        self.verbose = verbose
         self.devices = devices
 
     def fit_predict(self, X, y=None) -> np.ndarray:

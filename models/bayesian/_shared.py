@@ -239,7 +239,7 @@ SHARED_CONSTRAINTS: dict[str, Any] = {
     "kappa_num_steps": [Interval(Integral, 1, None, closed="left")],
     "normalize": ["boolean"],
     "random_state": RANDOM_STATE,
-    "progress_bar": ["boolean"],
+    "verbose": ["verbose"],
     "devices": _parallel.DevicesOption(),
 }
 
@@ -267,15 +267,6 @@ def data_mean_direction(data) -> np.ndarray:
     if norm == 0:
         total, norm = np.eye(data.shape[1])[0], 1.0
     return total / norm
-
-
-def progress(enabled, total, desc):
-    """Return a tqdm bar when ``enabled``, else None (library code never prints otherwise)."""
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, leave=False)
 
 
 def initial_kappa(d, rbar):
@@ -373,7 +364,7 @@ def fit_restarts(estimator, rng_key, n: int, start, step, desc: str, diagnose=No
         init_key, loop_key = jax.random.split(run_key)
         state, stats = start(init_key)
         bounds, converged = [], False
-        bar = progress(estimator.progress_bar, max_iter, f"{desc} {r + 1}/{n_init}")
+        bar = estimator._progress(max_iter, f"{desc} {r + 1}/{n_init}")
         for key in jax.random.split(loop_key, max_iter):
             state, stats, info = step(key, state, stats)
             bounds.append(float(info.lower_bound))

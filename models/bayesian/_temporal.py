@@ -142,7 +142,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     empirical_bayes : bool, default True
         Update alpha, mu0, m, s2.
     init, n_init, max_iter, tol, kappa_num_samples, kappa_num_steps, normalize,
-    random_state, progress_bar
+    random_state, verbose
         As in :class:`._hierarchical.HierarchicalVMFMixture`.
     devices : None, int or list of jax devices, default None
         Data-parallel VI (docs/design.md section 6): the rows of X and their time indices are
@@ -260,7 +260,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         kappa_num_steps: int = 20,
         normalize: bool = True,
         random_state=None,
-        progress_bar: bool = False,
+        verbose: int = 0,
         devices=None,
     ):
         self.n_components = n_components
@@ -280,7 +280,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         self.kappa_num_steps = kappa_num_steps
         self.normalize = normalize
         self.random_state = random_state
-        self.progress_bar = progress_bar
+        self.verbose = verbose
         self.devices = devices
 
     def _validate_params(self) -> None:

@@ -88,8 +88,8 @@ class DirichletVMFMixture(BaseVMFEstimator):
     random_state : int, RandomState, Generator, JAX key or None, default=None
         Seed of the fit (:func:`bayesvmf._base.make_key`; NumPy ``RandomState`` and
         ``Generator`` give one seed drawn from them).
-    progress_bar : bool, default=False
-        Show a tqdm bar over VEM iterations or Gibbs chunks.
+    verbose : int, default=0
+        0 is silent; 1 or more shows a tqdm bar over VEM iterations or Gibbs chunks.
     normalize : bool, default=True
         Rescale the vectors to unit norm (with False they must already be unit norm).
     learning_decay : float in (0.5, 1], default=0.7
@@ -211,7 +211,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
         "mu_prior_concentration": [Interval(numbers.Real, 0, None, closed="left")],
         "kappa_prior": [tuple, list],  # two positive numbers: checked in _validate_params
         "random_state": RANDOM_STATE,
-        "progress_bar": ["boolean"],
+        "verbose": ["verbose"],
         "normalize": ["boolean"],
         "learning_decay": [Interval(numbers.Real, 0.5, 1, closed="right")],
         "learning_offset": [Interval(numbers.Real, 0, None, closed="left")],
@@ -244,7 +244,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
         mu_prior_concentration: float = 0.0,
         kappa_prior: tuple[float, float] = (1.0, 0.01),
         random_state: int | None = None,
-        progress_bar: bool = False,
+        verbose: int = 0,
         normalize: bool = True,
         learning_decay: float = 0.7,
         learning_offset: float = 1.0,
@@ -265,7 +265,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
         self.mu_prior_concentration = mu_prior_concentration
         self.kappa_prior = kappa_prior
         self.random_state = random_state
-        self.progress_bar = progress_bar
+        self.verbose = verbose
         self.normalize = normalize
         self.learning_decay = learning_decay
         self.learning_offset = learning_offset
@@ -522,13 +522,6 @@ class DirichletVMFMixture(BaseVMFEstimator):
             self.n_iter_ += 1
             self._guard(diagnosis, int(diagnosis.degenerate), 1, stacklevel=4)
         return self
-
-    def _progress(self, total, desc):
-        if not self.progress_bar:
-            return None
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=desc)
 
     def _fit_vem(self, key, X, w, offsets) -> None:
         devices = _parallel.resolve_devices(self.devices)
