@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
     import json, sys
     import jax, numpy as np, scipy.sparse as sp
     jax.config.update("jax_enable_x64", True)
-    from bayesvmf import _mixture, _parallel
+    from bayesvmf import _data, _mixture, _parallel
     from bayesvmf.data import check_directional
     from bayesvmf.models import SparseVMFMixture
 
