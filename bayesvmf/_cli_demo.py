@@ -81,7 +81,7 @@ def _demo_nuts(ctx: _DemoContext) -> dict:
         num_samples=ctx.num_samples,
         num_chains=2,
         chain_method="sequential",
-        verbose=0,
+        progress_bar=False,
     )
     mcmc.run(jax.random.key(ctx.seed), X)
     stats = summary(mcmc.get_samples(group_by_chain=True), prob=0.95)["kappa"]

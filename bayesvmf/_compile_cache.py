@@ -264,11 +264,16 @@ def _emit_again(caught: list, caller) -> None:
     """Emit the recorded warnings again, the package's at the ``caller`` frame's line."""
     registry = caller.f_globals.setdefault("__warningregistry__", {})
     for record in caught:
-        filename, lineno = record.filename, record.lineno
-        module, reg = None, None
-        if os.path.abspath(filename).startswith(_PACKAGE_FILES):
-            filename, lineno = caller.f_code.co_filename, caller.f_lineno
-            module, reg = caller.f_globals.get("__name__"), registry
-        warnings.warn_explicit(
-            record.message, record.category, filename, lineno, module=module, registry=reg
-        )
+        if os.path.abspath(record.filename).startswith(_PACKAGE_FILES):
+            warnings.warn_explicit(
+                record.message,
+                record.category,
+                caller.f_code.co_filename,
+                caller.f_lineno,
+                module=caller.f_globals.get("__name__"),
+                registry=registry,
+            )
+        else:
+            # where it was raised; passing module=None explicitly would make CPython drop
+            # the warning (scikit-learn's feature-name warning vanished that way)
+            warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)

@@ -71,7 +71,7 @@ def runs(problem):
                 n_components=K,
                 num_warmup=NUM_WARMUP,
                 num_samples=NUM_SAMPLES,
-                verbose=int(name == "sparse"),
+                progress_bar=name == "sparse",
             )
             traces = TRACE_COUNTS.get("bayesian.gibbs_chunk", 0) - before
             out[name] = (data, result, traces)
@@ -312,7 +312,7 @@ def test_kappa_marginal_matches_nuts(fitted, problem):
         num_warmup=150,
         num_samples=300,
         num_chains=1,
-        verbose=0,
+        progress_bar=False,
     )
     mcmc.run(
         jax.random.key(2), jnp.asarray(problem.X), K, pr.alpha, jnp.asarray(pr.mu0), pr.C0,
