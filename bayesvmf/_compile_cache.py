@@ -46,6 +46,7 @@ import contextvars
 import functools
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -220,7 +221,10 @@ def cached(method: Callable) -> Callable:
     the method: those raised inside bayesvmf at the caller's line (where their
     ``stacklevel`` meant them to be), the others (JAX's, NumPyro's) where they were raised.
     A warning that the filters turn into an error is raised then, after the method; when
-    the method itself raised, its exception is the one that propagates.
+    the method itself raised, its exception is the one that propagates. Because the
+    recording and the cache settings are process-wide, the outermost calls of different
+    threads run one at a time (a lock): estimator methods are thread-safe but not
+    concurrent (JAX parallelises inside each call).
     """
     if getattr(method, "_bayesvmf_cached", False):
         return method
@@ -230,23 +234,30 @@ def cached(method: Callable) -> Callable:
         if _INSIDE.get():
             return method(*args, **kwargs)
         token = _INSIDE.set(True)
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                with compilation_cache():
-                    result = method(*args, **kwargs)
-        except BaseException:
-            with contextlib.suppress(Warning):
-                _emit_again(caught, sys._getframe(1))
-            raise
-        finally:
-            _INSIDE.reset(token)
-        _emit_again(caught, sys._getframe(1))
+        # catch_warnings and JAX's cache settings are process-wide: one thread at a time
+        # (two interleaved recording blocks would leave the process swallowing warnings)
+        with _LOCK:
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    with compilation_cache():
+                        result = method(*args, **kwargs)
+            except BaseException:
+                with contextlib.suppress(Warning):
+                    _emit_again(caught, sys._getframe(1))
+                raise
+            finally:
+                _INSIDE.reset(token)
+            _emit_again(caught, sys._getframe(1))
         return result
 
     run_cached._bayesvmf_cached = True
     return run_cached
 
+
+#: Serialises the outermost wrapped calls of all threads (the recording of warnings and
+#: JAX's cache settings are process-wide state).
+_LOCK = threading.RLock()
 
 #: True while an estimator method runs inside :func:`cached` (the outermost one records).
 _INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar(

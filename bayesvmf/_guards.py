@@ -8,7 +8,7 @@ On real corpora a mixture can reach a high likelihood (or evidence bound) by deg
   ``(sum_i r_ik)^2 / sum_i r_ik^2``, is below 1.5);
 - a broad, near-uniform **background** component holds a large share of the data (its
   concentration is far below the other components' and it takes more than its share);
-- a component is **empty** (less than one row's weight).
+- a component is **empty** (less than half a row's weight).
 
 Each model computes the shares (and, where it has them, the concentrations and effective
 counts) of its final state and calls :func:`diagnose`; :func:`select_run` keeps the best
@@ -54,7 +54,7 @@ class Diagnosis(NamedTuple):
 
     #: fraction of the data's weight per component (sums to one)
     shares: np.ndarray
-    #: less than one row's weight
+    #: less than half a row's weight
     empty: np.ndarray
     #: concentration at the cap ``kappa_max``
     at_cap: np.ndarray
@@ -66,18 +66,29 @@ class Diagnosis(NamedTuple):
     kappa: np.ndarray | None
 
     @property
+    def collapsed(self) -> np.ndarray:
+        """Boolean mask of the components at the cap, on one vector or a background."""
+        return self.at_cap | self.single | self.background
+
+    @property
     def bad(self) -> np.ndarray:
-        """Boolean mask of the degenerate components."""
-        return self.empty | self.at_cap | self.single | self.background
+        """Boolean mask of the degenerate components: :attr:`collapsed` or empty."""
+        return self.collapsed | self.empty
 
     @property
     def degenerate(self) -> bool:
-        """Whether any component is degenerate."""
-        return bool(self.bad.any())
+        """Whether a component collapsed, sits on one vector or is a background.
+
+        Such a run is not selected while a healthy one exists (:func:`select_run`). Empty
+        components alone do not make a run degenerate: a Bayesian mixture's prior empties
+        the components the data do not need (at a higher bound), and EM reports a vanishing
+        component through its status; they are reported and warned about all the same.
+        """
+        return bool(self.collapsed.any())
 
     @property
     def n_occupied(self) -> int:
-        """Number of components with at least one row's weight."""
+        """Number of components with at least half a row's weight."""
         return int((~self.empty).sum())
 
     @property
@@ -136,7 +147,7 @@ def diagnose(
         The weight of the data per component (``sum_i r_ik``, expected token counts...);
         any positive scale, normalised to shares here.
     n_rows : float
-        The number of rows (tokens) the counts add up to: a component with less than one
+        The number of rows (tokens) the counts add up to: a component with less than half a
         row's weight is empty.
     kappa : array of shape (K,), optional
         The concentrations. With ``kappa_max`` they flag collapsed components; with several
@@ -152,8 +163,9 @@ def diagnose(
     n_components = counts.size
     total = counts.sum()
     shares = counts / total if total > 0 else np.full(n_components, 1.0 / n_components)
-    # one row's weight read back through a sum of responsibilities can be 1 - 1e-7
-    empty = shares * float(n_rows) < 1.0 - 1e-6
+    # less than half a row's weight: a component holding about one row (0.99 of a far row,
+    # or one row read back through rounding, 1 - 1e-7) is a one-row component, not empty
+    empty = shares * float(n_rows) < 0.5
     no = np.zeros(n_components, dtype=bool)
     at_cap, background = no.copy(), no.copy()
     if kappa is not None:
@@ -188,7 +200,7 @@ def select_run(bounds, diagnoses, margin: float) -> int:
 
     bounds = np.asarray(bounds, dtype=np.float64)
     healthy = np.array([not d.degenerate for d in diagnoses], dtype=bool)
-    if not healthy.any():
+    if not (healthy & np.isfinite(bounds)).any():
         return best_run(bounds, margin)
     candidates = np.where(healthy, bounds, -np.inf)
     return best_run(candidates, margin)
@@ -209,7 +221,7 @@ def warn_components(
     concentration, fewer components, a prior...). Restarts that degenerated but were not
     kept do not warn: :func:`report` counts them in ``n_degenerate_restarts_``.
     """
-    if not diagnosis.degenerate:
+    if not diagnosis.bad.any():
         return
     runs = ""
     if n_runs > 1 and n_degenerate_runs >= n_runs:
@@ -221,7 +233,7 @@ def warn_components(
 def report(estimator, diagnosis: Diagnosis, n_degenerate_runs: int = 0) -> None:
     """Set the fitted attributes of ``diagnosis`` on ``estimator``.
 
-    ``n_occupied_components_`` (components with at least one row's weight),
+    ``n_occupied_components_`` (components with at least half a row's weight),
     ``largest_share_`` (largest fraction of the data in one component),
     ``degenerate_components_`` (sorted indices of the kept state's degenerate components)
     and ``n_degenerate_restarts_`` (restarts that degenerated, kept or not).

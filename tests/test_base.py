@@ -10,6 +10,8 @@ pickling, DataFrames, NumPy seeds, warnings filters.
 
 import pickle
 import re
+import subprocess
+import sys
 import warnings
 
 import jax
@@ -319,23 +321,44 @@ def test_kmle_and_dirichlet_tags_say_what_their_input_is():
     assert DirichletVMFMixture().n_topics == 10  # every argument has a default
 
 
+_KMLE_WISHART_SCRIPT = """
+import pickle
+import numpy as np
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GridSearchCV, KFold
+from bayesvmf.models import KMLEMixture
+
+rng = np.random.default_rng(0)
+a = rng.normal(size=(40, 5, 2))
+X = np.einsum("nti,ntj->nij", a, a) * np.repeat([1.0, 9.0], 20)[:, None, None]
+model = KMLEMixture(n_components=2, random_state=0)
+try:
+    model.predict(X)
+    raise SystemExit("predict before fit did not raise")
+except NotFittedError as err:
+    assert "This KMLEMixture instance is not fitted" in str(err), err
+model.fit(X)
+assert model.n_features_in_ == 2
+assert clone(model).get_params() == model.get_params()
+back = pickle.loads(pickle.dumps(model))
+np.testing.assert_array_equal(back.score_samples(X), model.score_samples(X))
+folds = KFold(2, shuffle=True, random_state=0)
+search = GridSearchCV(KMLEMixture(random_state=0), {"n_components": [1, 2]}, cv=folds).fit(X)
+# two scales 9 apart: the held-out log-likelihood prefers 2 components to 1
+assert search.best_params_ == {"n_components": 2}, search.best_params_
+"""
+
+
 def test_kmle_wishart_clone_pickle_grid_search_and_not_fitted():
-    rng = np.random.default_rng(0)
-    a = rng.normal(size=(40, 5, 2))
-    X = np.einsum("nti,ntj->nij", a, a) * np.repeat([1.0, 9.0], 20)[:, None, None]
-    model = KMLEMixture(n_components=2, random_state=0)
-    with pytest.raises(NotFittedError, match="This KMLEMixture instance is not fitted"):
-        model.predict(X)
-    model.fit(X)
-    assert model.n_features_in_ == 2
-    assert clone(model).get_params() == model.get_params()
-    back = pickle.loads(pickle.dumps(model))
-    np.testing.assert_array_equal(back.score_samples(X), model.score_samples(X))
-    folds = KFold(2, shuffle=True, random_state=0)
-    grid = {"n_components": [1, 2]}
-    search = GridSearchCV(KMLEMixture(random_state=0), grid, cv=folds).fit(X)
-    # two scales 9 apart: the held-out log-likelihood prefers 2 components to 1
-    assert search.best_params_ == {"n_components": 2}
+    """Run in a fresh process: in two complete two-worker runs of the suite, XLA aborted
+    (SIGABRT inside backend_compile_and_load, KMLE's _start) while compiling this test's
+    programs in a worker that had compiled the whole module's estimator checks before; the
+    test passes on its own and the cause is not known (jaxlib 0.10.2, CPU)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _KMLE_WISHART_SCRIPT], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
 
 
 @pytest.mark.parametrize("name", ["BayesianVMFMixture", "DirichletVMFMixture"])

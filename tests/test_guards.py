@@ -106,3 +106,21 @@ def test_one_rows_weight_read_through_rounding_is_not_empty():
     d = _guards.diagnose([0.99999992, 99.0], n_rows=100, kappa=[1e6, 50.0], kappa_max=1e6)
     assert d.empty.tolist() == [False, False]
     assert d.at_cap.tolist() == [True, False]
+
+
+def test_empty_components_do_not_disqualify_a_run():
+    """A Bayesian mixture's prior empties the components the data do not need, at a higher
+    bound: such a run is kept over a lower one that holds a spurious small component, and
+    its empty components are still reported and warned about."""
+    pruned = _guards.diagnose([150.0, 150.0, 0.0], n_rows=300, kappa=[50.0, 60.0, 55.0])
+    spread = _guards.diagnose([140.0, 150.0, 10.0], n_rows=300, kappa=[50.0, 60.0, 55.0])
+    assert not pruned.degenerate and pruned.bad.tolist() == [False, False, True]
+    assert _guards.select_run([-12.0, -10.0], [spread, pruned], 0.0) == 1
+    with pytest.warns(DegenerateRunWarning, match=r"components \[2\] are empty"):
+        _guards.warn_components(pruned, "Model", "Try fewer components.")
+
+
+def test_select_run_ignores_healthy_runs_without_a_finite_bound():
+    healthy = _guards.diagnose([50.0, 50.0], n_rows=100)
+    collapsed = _guards.diagnose([50.0, 50.0], n_rows=100, kappa=[1e6, 10.0], kappa_max=1e6)
+    assert _guards.select_run([-np.inf, -5.0], [healthy, collapsed], 0.0) == 1

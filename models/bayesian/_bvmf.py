@@ -600,12 +600,15 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         self.lower_bound_ = float(bound)
         self.lower_bounds_ = np.append(self.lower_bounds_, self.lower_bound_)
         self.n_iter_ += 1
-        # the corpus estimate of N_k; the chunk's effective rows
+        # the corpus estimate of N_k. The chunk's effective rows alone would call a healthy
+        # component "carried by one vector" whenever a small chunk holds about one of its
+        # rows: it counts as such only when the corpus estimate of its weight is about one
+        # row too (effective rows never exceed N_k)
         diag = _guards.diagnose(
             online.resp_sum,
             n_rows=corpus_rows,
             kappa=online.post.kappa.mean_kappa,
-            effective_rows=effective,
+            effective_rows=np.maximum(np.asarray(effective), np.asarray(online.resp_sum)),
         )
         self._report_guards(diag, 0, 1, stacklevel=3)
         return self

@@ -440,7 +440,8 @@ def log_c_lower_bound(a, b, *, d: int):
     Amos's bound on I_{nu+1}/I_nu integrated (docs/bayesian_vi.md, (E1)), a Turan-type
     inequality tighter than eq. (2) of [1]_, with the expectations bounded by Jensen's
     inequality instead of the delta method of eq. (3), so it is a true bound; loose by at
-    most 0.42 nats for every d and kappa (the paper's bound loses (1/2) log(kappa / nu)).
+    most 0.42 nats for every d and kappa as b -> 0 (the paper's bound loses
+    (1/2) log(kappa / nu)); the Jensen steps add about kappa (e^b - e^{b/2}) for large kappa.
 
     Parameters
     ----------

@@ -508,14 +508,11 @@ class DirichletVMFMixture(BaseVMFEstimator):
             self.doc_topic_ = phi / phi.sum(axis=1, keepdims=True)
             self.lower_bound_ = float(bound) / float(w.sum())
             if not first:
-                # the running topics, with the chunk's expected counts per word type (at the
-                # topics before the update, those of its q(z)) for the single-type check; a
-                # first call keeps the diagnosis (and warning) of the VEM fit of its chunk
-                per_type = _degeneracy.type_counts(
-                    X, w, offsets, phi, online[1], online[2], *_degeneracy.word_types(X)
-                )
+                # the running topics; a first call keeps the diagnosis (and warning) of the
+                # VEM fit of its chunk. No single-type check here: one chunk's expected
+                # counts per word type would flag a healthy topic that the chunk barely uses
                 diagnosis = _degeneracy.diagnose(
-                    resp_sum, float(resp_sum.sum()), self.concentrations_, self.kappa_max, per_type
+                    resp_sum, float(resp_sum.sum()), self.concentrations_, self.kappa_max
                 )
         self.n_sets_seen_, self.n_steps_ = n_seen, n_steps
         if not first:

@@ -426,6 +426,16 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             self.log_likelihood_ - self.beta * float(np.abs(np.asarray(online.mu)).sum())
         ) / Xc.shape[0]
         self.n_iter_ += 1
+        # the guard attributes describe the running model (its status bits warn below)
+        _guards.report(
+            self,
+            _guards.diagnose(
+                self.weights_,
+                n_rows=float(weight_rows),
+                kappa=self.concentrations_,
+                kappa_max=float(self.kappa_max),
+            ),
+        )
         if self.status_ != Status.OK:
             warnings.warn(
                 f"{type(self).__name__}.partial_fit: the M-step of this chunk degenerated ("
