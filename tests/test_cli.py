@@ -25,6 +25,8 @@ def demo_run(tmp_path_factory):
     """The real ``bayesvmf demo``, once, compiling from scratch (an empty cache folder)."""
     cache = tmp_path_factory.mktemp("demo-cache")
     env = {**os.environ, "BAYESVMF_CACHE": str(cache), "MPLBACKEND": "Agg", "JAX_PLATFORMS": "cpu"}
+    # the suite turns the estimators' cache off (conftest); the demo's own cache is tested here
+    env.pop("BAYESVMF_NO_COMPILATION_CACHE", None)
     run = subprocess.run(
         [sys.executable, "-m", "bayesvmf.cli", "demo"],
         capture_output=True,
