@@ -70,6 +70,7 @@ CACHED_METHODS = (
     "fit_predict",
     "fit_transform",
     "partial_fit",
+    "path",
     "predict",
     "predict_proba",
     "score_samples",

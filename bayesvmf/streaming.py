@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import scipy.sparse as sp
 
+from bayesvmf._compile_cache import cached
 from bayesvmf.data import check_directional
 
 __all__ = [
@@ -268,8 +269,13 @@ def chunk_documents(path) -> int:
     return _header_shape(path, "lengths")[0]
 
 
+@cached
 def fit_streaming(model, paths, n_epochs: int = 1, normalize: bool = True):
     """Fit ``model`` by ``partial_fit`` on the chunks of a corpus, ``n_epochs`` passes.
+
+    The whole stream is one call of the estimators' compilation cache
+    (:func:`bayesvmf._compile_cache.cached`): the warnings of its ``partial_fit`` calls point
+    at the line that called ``fit_streaming``, not at this module.
 
     The first chunk initialises the model (see the estimator's ``partial_fit``). Every call
     is told the corpus size (the files' row counts, read from their headers by

@@ -99,6 +99,10 @@ class _Warner(BaseVMFEstimator):
         warnings.warn("at the caller", UserWarning, stacklevel=2)
         return self
 
+    def path(self, X=None):
+        warnings.warn("on the path", UserWarning, stacklevel=2)
+        return self
+
     def predict(self, X=None):
         if X == "raise":
             warnings.warn("before the error", UserWarning, stacklevel=2)
@@ -113,6 +117,10 @@ def test_warnings_keep_pointing_at_the_caller(tmp_path, default_settings):
     assert [Path(w.filename) for w in record] == [Path(__file__)]
     with pytest.warns(UserWarning, match="at the caller") as record:
         _Warner().predict()
+    assert [Path(w.filename) for w in record] == [Path(__file__)]
+    # SparseVMFMixture.path is a cached method too (its warnings pointed one frame off)
+    with pytest.warns(UserWarning, match="on the path") as record:
+        _Warner().path()
     assert [Path(w.filename) for w in record] == [Path(__file__)]
     # the method's exception wins over a warning the filters turn into an error
     with warnings.catch_warnings():

@@ -255,3 +255,19 @@ def test_document_chunk_errors(tmp_path, corpus):
     # a row chunk given to a model of documents: the file is named, the format explained
     with pytest.raises(ValueError, match="a document chunk holds 'X', 'lengths'"):
         fit_streaming(DirichletVMFMixture(2), corpus[1][:1])
+
+
+class _WarningStream(SparseVMFMixture):
+    """A model whose partial_fit warns at its caller's line, as the package's warnings do."""
+
+    def partial_fit(self, X, y=None, n_samples=None):
+        warnings.warn("chunk warning", UserWarning, stacklevel=2)
+        return self
+
+
+def test_fit_streaming_warnings_point_at_its_caller(corpus):
+    _, paths = corpus
+    with pytest.warns(UserWarning, match="chunk warning") as record:
+        fit_streaming(_WarningStream(K), paths[:2])
+    # before fit_streaming ran inside the cache wrapper, they pointed at streaming.py
+    assert {w.filename for w in record} == {__file__}
