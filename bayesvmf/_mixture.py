@@ -663,10 +663,6 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         """
         return float(np.mean(self.score_samples(X)))
 
-    def _log_likelihood(self, X) -> tuple[float, int, int]:
-        ll = self.score_samples(X)
-        return float(np.sum(ll)), ll.shape[0], int(self.n_features_in_)
-
     def bic(self, X) -> float:
         """Bayesian information criterion on X (eq. (32), Table 1 of [1]_); lower is better.
 
@@ -678,10 +674,7 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         -------
         float
         """
-        from bayesvmf import criteria
-
-        total, n, d = self._log_likelihood(X)
-        return criteria.information_criterion("bic", total, self._n_parameters(), n, d)
+        return self._criterion("bic", X)
 
     def aic(self, X) -> float:
         """Akaike information criterion on X (eq. (32), Table 1 of [1]_); lower is better.
@@ -694,10 +687,19 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         -------
         float
         """
+        return self._criterion("aic", X)
+
+    def _criterion(self, kind: str, X, *score_args) -> float:
+        """Return the information criterion ``kind`` ("bic" or "aic") of the model on X.
+
+        ``score_args`` go to ``score_samples`` after X (the time steps of the temporal model).
+        """
         from bayesvmf import criteria
 
-        total, n, d = self._log_likelihood(X)
-        return criteria.information_criterion("aic", total, self._n_parameters(), n, d)
+        ll = self.score_samples(X, *score_args)
+        return criteria.information_criterion(
+            kind, float(np.sum(ll)), self._n_parameters(), ll.shape[0], int(self.n_features_in_)
+        )
 
     def sample(self, n_samples: int = 1, random_state=None) -> tuple[np.ndarray, np.ndarray]:
         """Draw samples from the fitted mixture.

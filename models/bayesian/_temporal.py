@@ -572,15 +572,6 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         """
         return self._criterion("aic", X, times)
 
-    def _criterion(self, kind: str, X, times) -> float:
-        """Return the information criterion ``kind`` of the predictive density at ``times``."""
-        from bayesvmf import criteria
-
-        ll = self.score_samples(X, times)
-        return criteria.information_criterion(
-            kind, float(ll.sum()), self._n_parameters(), ll.shape[0], self.n_features_in_
-        )
-
     def top_features(self, component: int, n_top: int = 6, vocabulary=None) -> list:
         """Return the largest coordinates of a cluster's mean direction at every time step.
 
