@@ -466,7 +466,7 @@ def data_dot(data, M: jax.Array) -> jax.Array:
 
     Parameters
     ----------
-    data : DenseData or SparseData
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
         Data of shape (n_samples, n_features).
     M : jax.Array of shape (n_features, m)
 
@@ -474,6 +474,10 @@ def data_dot(data, M: jax.Array) -> jax.Array:
     -------
     jax.Array of shape (n_samples, m), in the dtype of ``M``.
     """
+    if not isinstance(data, DenseData | SparseData):
+        # row blocks (bayesvmf._parallel.RowBlocks, which imports this module): every real
+        # row's product, gathered over the devices (the seedings' use)
+        return data.dot(M)
     return _product(data, M, transpose=False)
 
 

@@ -52,7 +52,7 @@ from sklearn.utils import _param_validation as pv
 
 from bayesvmf import special
 from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, check_count, make_key
-from bayesvmf._data import DenseData, data_dot, data_tdot, to_device
+from bayesvmf._data import DenseData, SparseData, data_dot, data_tdot, to_device
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
 
 __all__ = [
@@ -240,7 +240,13 @@ def log_normalizer(n_features: int, kappa) -> jax.Array:
 
 
 def _rows(data, idx: jax.Array) -> jax.Array:
-    """Return the rows ``X[idx]`` as a dense (len(idx), d) array (through ``X.T @ onehot``)."""
+    """Return the rows ``X[idx]`` as a dense (len(idx), d) array (through ``X.T @ onehot``).
+
+    Row blocks (:class:`bayesvmf._parallel.RowBlocks`) select their rows themselves
+    (``data.rows``), so the seedings below serve plain and blocked data alike.
+    """
+    if not isinstance(data, DenseData | SparseData):
+        return data.rows(idx)
     if isinstance(data, DenseData):
         return data.X[idx].astype(jnp.float64)
     onehot = jax.nn.one_hot(idx, data.shape[0], dtype=jnp.float64).T
@@ -253,7 +259,7 @@ def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
     Parameters
     ----------
     rng_key : jax.Array
-    data : DenseData or SparseData
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
     n_components : int
 
     Returns
