@@ -64,6 +64,8 @@ __all__ = [
     "log_likelihood_matrix",
     "e_step",
     "resultants",
+    "RHO_ONE",
+    "KAPPA_MAX",
     "solve_kappa",
     "log_normalizer",
     "init_random_rows",
@@ -191,6 +193,11 @@ def resultants(data, resp: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 #: rho at or above this value is treated as rho = 1 (all points on one direction): collapsed.
 RHO_ONE = 1.0 - 1e-15
+
+#: Default cap of the concentrations (``kappa_max`` of the estimators, the empirical-Bayes
+#: C0): appendix B of [1]_ caps kappa so that a component collapsing onto a few points, whose
+#: maximum-likelihood kappa grows without bound, stays finite and is reported as collapsed.
+KAPPA_MAX = 1e6
 
 
 def solve_kappa(n_features: int, rho, kappa_max) -> tuple[jax.Array, jax.Array]:
