@@ -22,7 +22,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import _data, _guards, _mixture, special
+from bayesvmf import _arviz, _data, _guards, _mixture, special
 from bayesvmf._data import data_dot, data_tdot
 from bayesvmf._mixture import JIT_OPTIONS, count_trace
 from bayesvmf.exceptions import ConvergenceWarning
@@ -546,8 +546,6 @@ def gibbs_to_arviz(estimator):
     (components holding at least one row). Chains are aligned to chain 0's labels. With
     ``shared_kappa`` the one concentration has dims (chain, draw) only.
     """
-    import arviz as az
-
     kappa = np.asarray(estimator.gibbs_kappa_)
     counts = np.asarray(estimator.gibbs_counts_)
     n_components = kappa.shape[2]
@@ -555,12 +553,11 @@ def gibbs_to_arviz(estimator):
     n = counts[0, 0].sum()
     weights = (alpha + counts) / (n + n_components * alpha)
     shared = bool(estimator.shared_kappa)
-    return az.from_dict(
-        posterior={"kappa": kappa[..., 0] if shared else kappa, "weights": weights},
+    return _arviz.inference_data(
+        {"kappa": kappa[..., 0] if shared else kappa, "weights": weights},
+        {"kappa": [] if shared else ["component"], "weights": ["component"]},
         sample_stats={
             "log_joint": np.asarray(estimator.gibbs_log_joint_),
             "n_occupied": (counts > 0).sum(axis=2),
         },
-        coords={"component": np.arange(n_components)},
-        dims={"kappa": [] if shared else ["component"], "weights": ["component"]},
     )

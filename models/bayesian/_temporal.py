@@ -624,12 +624,11 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             self.log_kappa_var_,
             self.dirichlet_,
         )
-        n_times, k, d = self.time_mean_directions_.shape
+        k = self.time_mean_directions_.shape[1]
         return _s.q_to_arviz(
             params,
             num_draws,
             random_state,
-            coords={"time": np.arange(n_times), "component": np.arange(k), "feature": np.arange(d)},
             dims={
                 "mu": ["time", "component", "feature"],
                 "kappa": ["component"],
