@@ -489,7 +489,8 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
 
     _fitted_check = ("mean_directions_",)
 
-    #: names of the fitted attributes that :func:`bayesvmf.save` stores
+    #: names of the fitted attributes that :func:`bayesvmf.save` stores (the last four are
+    #: the degeneracy diagnosis every mixture sets through :func:`bayesvmf._guards.report`)
     _fitted_attributes: tuple[str, ...] = (
         "weights_",
         "mean_directions_",
@@ -498,6 +499,10 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         "converged_",
         "lower_bound_",
         "n_features_in_",
+        "n_occupied_components_",
+        "largest_share_",
+        "degenerate_components_",
+        "n_degenerate_restarts_",
     )
 
     # ---- input ------------------------------------------------------------------------------

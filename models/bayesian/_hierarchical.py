@@ -192,10 +192,6 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         "parents_",
         "leaves_",
         "lower_bounds_",
-        "n_occupied_components_",
-        "largest_share_",
-        "degenerate_components_",
-        "n_degenerate_restarts_",
     )
 
     def __init__(

@@ -234,10 +234,6 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         "s2_",
         "n_times_",
         "lower_bounds_",
-        "n_occupied_components_",
-        "largest_share_",
-        "degenerate_components_",
-        "n_degenerate_restarts_",
     )
 
     def __init__(
