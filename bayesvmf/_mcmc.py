@@ -19,10 +19,18 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["log_kappa_mh"]
+__all__ = ["ADAPT_GAIN", "KAPPA_START_MIN", "TARGET_ACCEPT", "log_kappa_mh"]
 
 #: Gain of the warm-up adaptation of log_step per step (times the acceptance error).
 ADAPT_GAIN = 0.1
+
+#: Floor of the starting concentration of a chain on log kappa (its log must be finite; an
+#: estimate of 0, a uniform cluster, starts here).
+KAPPA_START_MIN = 1e-3
+
+#: Acceptance probability every warm-up adaptation of a random walk on log kappa aims at (0.44,
+#: the optimum of a one-dimensional Gaussian random walk; Roberts, Gelman and Gilks 1997).
+TARGET_ACCEPT = 0.44
 
 
 def log_kappa_mh(

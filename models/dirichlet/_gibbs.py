@@ -24,10 +24,9 @@ from bayesvmf.models.dirichlet._vem import VEMHyper, init_vem_state
 #: Sweeps per compiled Gibbs chunk (the progress bar moves between chunks).
 GIBBS_CHUNK = 25
 
-#: Metropolis-Hastings steps on each log kappa_k per Gibbs sweep, and the target acceptance
-#: rate of the warm-up adaptation (0.44, the optimum of a one-dimensional random walk).
+#: Metropolis-Hastings steps on each log kappa_k per Gibbs sweep (their warm-up adapts to
+#: :data:`bayesvmf._mcmc.TARGET_ACCEPT`).
 KAPPA_MH_STEPS = 5
-KAPPA_MH_TARGET = 0.44
 
 
 class GibbsHyper(NamedTuple):
@@ -153,7 +152,7 @@ def gibbs_kappa_update(
     proposals above log ``kappa_max`` are rejected.
 
     ``adapt`` (0 or 1, an array) moves log_step towards the acceptance rate
-    ``KAPPA_MH_TARGET``; it is 1 during warm-up only, so the sampling phase is a fixed
+    ``bayesvmf._mcmc.TARGET_ACCEPT``; it is 1 during warm-up only, so the sampling phase is a fixed
     Markov kernel. Returns the new state and the mean acceptance probability per topic.
     With ``shared_kappa`` (static) the K entries are one concentration: one proposal, one
     acceptance draw, the target of all topics together (:func:`_kappa_log_target`).
@@ -177,7 +176,7 @@ def gibbs_kappa_update(
         target,
         adapt,
         log_kappa_max=jnp.log(hyper.kappa_max),
-        target_accept=KAPPA_MH_TARGET,
+        target_accept=_mcmc.TARGET_ACCEPT,
         shared=shared_kappa,
     )
     return state._replace(kappa=jnp.exp(log_kappa), log_step=log_step), accept_prob.mean(axis=0)
@@ -271,7 +270,7 @@ def _init_gibbs_state(
     z = jnp.argmax(corpus.X @ seed.mu.T, axis=1).astype(jnp.int32)
     n_docs = corpus.doc_weight.shape[0]
     doc_topic, topic_count, resultant = _statistics(corpus.X, corpus.doc, z, n_docs, n_topics)
-    kappa = jnp.clip(seed.kappa, 1e-3, vem_hyper.kappa_max)
+    kappa = jnp.clip(seed.kappa, _mcmc.KAPPA_START_MIN, vem_hyper.kappa_max)
     if not shared_kappa:  # a shared kappa is that of the pooled partition, empty topics too
         kappa = jnp.where(topic_count > 0, kappa, 1.0)
     # explicit dtype: a weakly typed log_step would change type after the first chunk and
