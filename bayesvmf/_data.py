@@ -466,7 +466,7 @@ def data_dot(data, M: jax.Array) -> jax.Array:
 
     Parameters
     ----------
-    data : DenseData or SparseData
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
         Data of shape (n_samples, n_features).
     M : jax.Array of shape (n_features, m)
 
@@ -474,17 +474,11 @@ def data_dot(data, M: jax.Array) -> jax.Array:
     -------
     jax.Array of shape (n_samples, m), in the dtype of ``M``.
     """
-    out_dtype = M.dtype
-    M = M.astype(_data_dtype(data))
-    if isinstance(data, DenseData):
-        return (data.X @ M).astype(out_dtype)
-    if data.kernel == "scipy":
-        return _scipy_product(data, M, transpose=False).astype(out_dtype)
-    contrib = data.values[:, None] * M[data.cols]
-    out = jax.ops.segment_sum(
-        contrib, data.rows, num_segments=data.shape[0], indices_are_sorted=True
-    )
-    return out.astype(out_dtype)
+    if not isinstance(data, DenseData | SparseData):
+        # row blocks (bayesvmf._parallel.RowBlocks, which imports this module): every real
+        # row's product, gathered over the devices (the seedings' use)
+        return data.dot(M)
+    return _product(data, M, transpose=False)
 
 
 def data_tdot(data, R: jax.Array) -> jax.Array:
@@ -500,14 +494,27 @@ def data_tdot(data, R: jax.Array) -> jax.Array:
     -------
     jax.Array of shape (n_features, m), in the dtype of ``R``.
     """
-    out_dtype = R.dtype
-    R = R.astype(_data_dtype(data))
+    return _product(data, R, transpose=True)
+
+
+def _product(data, B: jax.Array, transpose: bool) -> jax.Array:
+    """``X @ B`` or ``X.T @ B`` in the data's dtype, returned in the dtype of ``B``.
+
+    The "segment_sum" kernel gathers the rows of B at the nonzeros' columns and sums them
+    into the output rows: for ``X @ B`` in row order (COO), for ``X.T @ B`` in column order
+    (the column-sorted copy), so that both sums run over sorted segments.
+    """
+    out_dtype = B.dtype
+    B = B.astype(_data_dtype(data))
     if isinstance(data, DenseData):
-        return (data.X.T @ R).astype(out_dtype)
+        return ((data.X.T if transpose else data.X) @ B).astype(out_dtype)
     if data.kernel == "scipy":
-        return _scipy_product(data, R, transpose=True).astype(out_dtype)
-    contrib = data.t_values[:, None] * R[data.t_rows]
+        return _scipy_product(data, B, transpose=transpose).astype(out_dtype)
+    if transpose:
+        values, gather, segments, size = data.t_values, data.t_rows, data.t_cols, data.shape[1]
+    else:
+        values, gather, segments, size = data.values, data.cols, data.rows, data.shape[0]
     out = jax.ops.segment_sum(
-        contrib, data.t_cols, num_segments=data.shape[1], indices_are_sorted=True
+        values[:, None] * B[gather], segments, num_segments=size, indices_are_sorted=True
     )
     return out.astype(out_dtype)

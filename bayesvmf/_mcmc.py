@@ -19,14 +19,32 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["log_kappa_mh"]
+__all__ = ["ADAPT_GAIN", "KAPPA_START_MIN", "TARGET_ACCEPT", "log_kappa_mh"]
 
 #: Gain of the warm-up adaptation of log_step per step (times the acceptance error).
 ADAPT_GAIN = 0.1
 
+#: Floor of the starting concentration of a chain on log kappa (its log must be finite; an
+#: estimate of 0, a uniform cluster, starts here).
+KAPPA_START_MIN = 1e-3
+
+#: Acceptance probability every warm-up adaptation of a random walk on log kappa aims at (0.44,
+#: the optimum of a one-dimensional Gaussian random walk; Roberts, Gelman and Gilks 1997).
+TARGET_ACCEPT = 0.44
+
 
 def log_kappa_mh(
-    keys, log_kappa, current, aux, log_step, target, adapt, *, log_kappa_max, target_accept
+    keys,
+    log_kappa,
+    current,
+    aux,
+    log_step,
+    target,
+    adapt,
+    *,
+    log_kappa_max,
+    target_accept,
+    shared=False,
 ):
     """Run one MH step on every log kappa_k per key; return the last state and acceptances.
 
@@ -57,6 +75,10 @@ def log_kappa_mh(
         Proposals above it are rejected.
     target_accept : float
         Acceptance probability the adaptation aims at.
+    shared : bool, default False
+        The K entries are one concentration (static; ``target`` then gives every entry the
+        joint density): one normal and one uniform per step, the first of the K drawn, move
+        and accept them together. (A sampler may instead run one (1,) chain and broadcast.)
 
     Returns
     -------
@@ -69,11 +91,12 @@ def log_kappa_mh(
     def step(carry, key):
         log_kappa, current, aux, log_step = carry
         key_prop, key_acc = jax.random.split(key)
-        proposal = log_kappa + jnp.exp(log_step) * jax.random.normal(key_prop, log_kappa.shape)
+        noise = _draw(jax.random.normal, key_prop, log_kappa.shape, shared)
+        proposal = log_kappa + jnp.exp(log_step) * noise
         proposed, proposed_aux = target(proposal)
         log_ratio = jnp.where(proposal > log_kappa_max, -jnp.inf, proposed - current)
         accept_prob = jnp.exp(jnp.minimum(log_ratio, 0.0))
-        accept = jax.random.uniform(key_acc, log_kappa.shape) < accept_prob
+        accept = _draw(jax.random.uniform, key_acc, log_kappa.shape, shared) < accept_prob
 
         def keep(new, old):
             return jnp.where(accept, new, old)
@@ -85,3 +108,9 @@ def log_kappa_mh(
         return (log_kappa, current, aux, log_step), accept_prob
 
     return lax.scan(step, (log_kappa, current, aux, log_step), keys)
+
+
+def _draw(sampler, key, shape, shared: bool):
+    """``sampler(key, shape)``, or its first value everywhere when ``shared``."""
+    values = sampler(key, shape)
+    return jnp.broadcast_to(values[0], shape) if shared else values

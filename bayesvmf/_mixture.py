@@ -52,7 +52,7 @@ from sklearn.utils import _param_validation as pv
 
 from bayesvmf import special
 from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, check_count, make_key
-from bayesvmf._data import DenseData, data_dot, data_tdot, to_device
+from bayesvmf._data import DenseData, SparseData, data_dot, data_tdot, to_device
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
 
 __all__ = [
@@ -64,6 +64,8 @@ __all__ = [
     "log_likelihood_matrix",
     "e_step",
     "resultants",
+    "RHO_ONE",
+    "KAPPA_MAX",
     "solve_kappa",
     "log_normalizer",
     "init_random_rows",
@@ -192,6 +194,11 @@ def resultants(data, resp: jax.Array) -> tuple[jax.Array, jax.Array]:
 #: rho at or above this value is treated as rho = 1 (all points on one direction): collapsed.
 RHO_ONE = 1.0 - 1e-15
 
+#: Default cap of the concentrations (``kappa_max`` of the estimators, the empirical-Bayes
+#: C0): appendix B of [1]_ caps kappa so that a component collapsing onto a few points, whose
+#: maximum-likelihood kappa grows without bound, stays finite and is reported as collapsed.
+KAPPA_MAX = 1e6
+
 
 def solve_kappa(n_features: int, rho, kappa_max) -> tuple[jax.Array, jax.Array]:
     """Solve A_d(kappa) = rho (eqs. (21), (27) of [1]_) at full precision, capped at kappa_max.
@@ -240,7 +247,13 @@ def log_normalizer(n_features: int, kappa) -> jax.Array:
 
 
 def _rows(data, idx: jax.Array) -> jax.Array:
-    """Return the rows ``X[idx]`` as a dense (len(idx), d) array (through ``X.T @ onehot``)."""
+    """Return the rows ``X[idx]`` as a dense (len(idx), d) array (through ``X.T @ onehot``).
+
+    Row blocks (:class:`bayesvmf._parallel.RowBlocks`) select their rows themselves
+    (``data.rows``), so the seedings below serve plain and blocked data alike.
+    """
+    if not isinstance(data, DenseData | SparseData):
+        return data.rows(idx)
     if isinstance(data, DenseData):
         return data.X[idx].astype(jnp.float64)
     onehot = jax.nn.one_hot(idx, data.shape[0], dtype=jnp.float64).T
@@ -253,7 +266,7 @@ def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
     Parameters
     ----------
     rng_key : jax.Array
-    data : DenseData or SparseData
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
     n_components : int
 
     Returns
@@ -476,7 +489,8 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
 
     _fitted_check = ("mean_directions_",)
 
-    #: names of the fitted attributes that :func:`bayesvmf.save` stores
+    #: names of the fitted attributes that :func:`bayesvmf.save` stores (the last four are
+    #: the degeneracy diagnosis every mixture sets through :func:`bayesvmf._guards.report`)
     _fitted_attributes: tuple[str, ...] = (
         "weights_",
         "mean_directions_",
@@ -485,6 +499,10 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         "converged_",
         "lower_bound_",
         "n_features_in_",
+        "n_occupied_components_",
+        "largest_share_",
+        "degenerate_components_",
+        "n_degenerate_restarts_",
     )
 
     # ---- input ------------------------------------------------------------------------------
@@ -663,10 +681,6 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         """
         return float(np.mean(self.score_samples(X)))
 
-    def _log_likelihood(self, X) -> tuple[float, int, int]:
-        ll = self.score_samples(X)
-        return float(np.sum(ll)), ll.shape[0], int(self.n_features_in_)
-
     def bic(self, X) -> float:
         """Bayesian information criterion on X (eq. (32), Table 1 of [1]_); lower is better.
 
@@ -678,10 +692,7 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         -------
         float
         """
-        from bayesvmf import criteria
-
-        total, n, d = self._log_likelihood(X)
-        return criteria.information_criterion("bic", total, self._n_parameters(), n, d)
+        return self._criterion("bic", X)
 
     def aic(self, X) -> float:
         """Akaike information criterion on X (eq. (32), Table 1 of [1]_); lower is better.
@@ -694,10 +705,19 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         -------
         float
         """
+        return self._criterion("aic", X)
+
+    def _criterion(self, kind: str, X, *score_args) -> float:
+        """Return the information criterion ``kind`` ("bic" or "aic") of the model on X.
+
+        ``score_args`` go to ``score_samples`` after X (the time steps of the temporal model).
+        """
         from bayesvmf import criteria
 
-        total, n, d = self._log_likelihood(X)
-        return criteria.information_criterion("aic", total, self._n_parameters(), n, d)
+        ll = self.score_samples(X, *score_args)
+        return criteria.information_criterion(
+            kind, float(np.sum(ll)), self._n_parameters(), ll.shape[0], int(self.n_features_in_)
+        )
 
     def sample(self, n_samples: int = 1, random_state=None) -> tuple[np.ndarray, np.ndarray]:
         """Draw samples from the fitted mixture.

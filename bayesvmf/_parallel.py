@@ -67,8 +67,6 @@ __all__ = [
     "e_statistics",
     "select_rows",
     "crisp_statistics",
-    "init_random_rows",
-    "init_spherical_kmeanspp",
     "INIT_METHODS",
     "weighted_log_prob",
 ]
@@ -124,6 +122,24 @@ class RowBlocks:
     def block_rows(self) -> int:
         """Rows per block, padding included."""
         return self.data.shape[0]
+
+    def rows(self, idx: jax.Array) -> jax.Array:
+        """Return the rows ``X[idx]`` (global row numbers), dense float64: :func:`select_rows`.
+
+        With :meth:`dot`, what the seedings of :mod:`bayesvmf._mixture` ask of the data
+        (through ``_mixture._rows`` and :func:`bayesvmf._data.data_dot`), so that one
+        spherical k-means++ serves plain and blocked data with the same keys and draws.
+        """
+        return select_rows(self, idx)
+
+    def dot(self, M: jax.Array) -> jax.Array:
+        """Return ``X @ M`` of every real row, in global row order, of shape (n_samples, m).
+
+        On a device's block the products of all blocks are gathered (O(n) per column of
+        ``M``), so every device sees the same values: for the few columns of a seeding,
+        not for the products of an iteration (those stay per block).
+        """
+        return _gather_rows(self, _data.data_dot(self.data, M))
 
     def counted_by_weight(self) -> RowBlocks:
         """Return a view whose static ``n_samples`` is the padded row count.
@@ -494,51 +510,9 @@ def _gather_rows(data, values: jax.Array) -> jax.Array:
     return values[: data.n_samples]
 
 
-def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
-    """:func:`bayesvmf._mixture.init_random_rows` for plain or blocked data (same draws)."""
-    idx = jax.random.choice(rng_key, n_rows(data), (n_components,), replace=False)
-    return select_rows(data, idx)
-
-
-def init_spherical_kmeanspp(
-    rng_key, data, n_components: int, n_local_trials: int | None = 1
-) -> jax.Array:
-    """:func:`bayesvmf._mixture.init_spherical_kmeanspp` for plain or blocked data.
-
-    The same keys and draws as on one device: the cosines of all rows to the candidates are
-    gathered (O(n) per candidate) so that every device draws and keeps the same seed.
-    """
-    if not isinstance(data, RowBlocks):
-        return _mixture.init_spherical_kmeanspp(rng_key, data, n_components, n_local_trials)
-    d = data.shape[1]
-    trials = _mixture.greedy_trials(n_components) if n_local_trials is None else int(n_local_trials)
-    keys = jax.random.split(rng_key, n_components)
-    first = jax.random.randint(keys[0], (), 0, data.n_samples)
-    mu0 = select_rows(data, first[None])
-    mu = jnp.zeros((n_components, d), jnp.float64).at[0].set(mu0[0])
-    best = _gather_rows(data, _data.data_dot(data.data, mu0.T)[:, 0])
-
-    def body(k, carry):
-        mu, best = carry
-        row, best = _mixture.kmeanspp_pick(
-            keys[k],
-            best,
-            trials,
-            lambda idx: select_rows(data, idx),
-            lambda rows: _gather_rows(data, _data.data_dot(data.data, rows.T)),
-        )
-        return mu.at[k].set(row), best
-
-    mu, _ = jax.lax.fori_loop(1, n_components, body, (mu, best))
-    return mu
-
-
-#: Seeding methods by name, for plain or blocked data (:data:`bayesvmf._mixture.INIT_METHODS`).
-INIT_METHODS = {
-    "random": init_random_rows,
-    "spherical-kmeans++": init_spherical_kmeanspp,
-    "greedy-spherical-kmeans++": functools.partial(init_spherical_kmeanspp, n_local_trials=None),
-}
+#: Seeding methods by name (:data:`bayesvmf._mixture.INIT_METHODS`): they take plain data or
+#: :class:`RowBlocks` alike (:meth:`RowBlocks.rows`, :meth:`RowBlocks.dot`).
+INIT_METHODS = _mixture.INIT_METHODS
 
 
 def weighted_log_prob(data: RowBlocks, log_weights, mu, kappa) -> np.ndarray:

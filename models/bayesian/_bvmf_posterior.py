@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bayesvmf import _arviz
 from bayesvmf._base import check_count, make_key
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian._bvmf_vi import HERMITE_NODES, StreamState
@@ -68,12 +69,10 @@ def vi_to_arviz(estimator, num_draws: int, random_state):
     ``component``, none with ``shared_kappa``) and ``weights`` ~ Dir(rho) (dim
     ``component``); the final bound per row is in ``attrs["lower_bound"]``.
     """
-    import arviz as az
-
     from bayesvmf.distribution import VonMisesFisher
 
     check_count(num_draws, "num_draws")
-    k, d = np.shape(estimator.mean_directions_)
+    k = np.shape(estimator.mean_directions_)[0]
     shared = bool(estimator.shared_kappa)
     # one concentration: one column of draws (the columns of q(kappa) are equal)
     n_kappa = 1 if shared else k
@@ -97,14 +96,13 @@ def vi_to_arviz(estimator, num_draws: int, random_state):
         weights = np.asarray(
             jax.random.dirichlet(key_pi, jnp.asarray(estimator.weight_concentration_), (num_draws,))
         )
-    return az.from_dict(
-        posterior={
+    return _arviz.inference_data(
+        {
             "mu": mu[None],
             "kappa": (kappa[:, 0] if shared else kappa)[None],
             "weights": weights[None],
         },
-        coords={"component": np.arange(k), "feature": np.arange(d)},
-        dims={
+        {
             "mu": ["component", "feature"],
             "kappa": [] if shared else ["component"],
             "weights": ["component"],

@@ -56,8 +56,9 @@ __all__ = [
 
 #: Cap of the empirical-Bayes C0 and floor of the empirical-Bayes s2, range of alpha: EB of a
 #: prior's spread can collapse it (all E[mu_k] equal, all kappa_k equal, a uniform q(pi));
-#: the cap and floors keep the numbers finite in that limit.
-C0_MAX = 1e6
+#: the cap and floors keep the numbers finite in that limit. C0 is a concentration: its cap
+#: is the core's (:data:`bayesvmf._mixture.KAPPA_MAX`).
+C0_MAX = _mixture.KAPPA_MAX
 S2_MIN = 1e-6
 ALPHA_RANGE = (1e-8, 1e8)
 

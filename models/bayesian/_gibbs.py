@@ -22,7 +22,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import _data, _guards, _mixture, special
+from bayesvmf import _arviz, _data, _guards, _mcmc, _mixture, special
 from bayesvmf._data import data_dot, data_tdot
 from bayesvmf._mixture import JIT_OPTIONS, count_trace
 from bayesvmf.exceptions import ConvergenceWarning
@@ -68,8 +68,9 @@ def _initial_kappa(data, z, m, n_components, shared=False):
     """Start kappa_k at the ML estimate of the initial clusters (exp(m) if fewer than 2 rows).
 
     One data product for all chains (labels of shape (chains, n)); the estimate is clipped
-    to [1e-3, 1e5] so that the first MH steps start inside the well-tested range. With
-    ``shared``: the shared estimate A_d(kappa) = sum_k |s_k| / n for every k.
+    to [:data:`bayesvmf._mcmc.KAPPA_START_MIN`, 1e5] so that the first MH steps start inside
+    the well-tested range. With ``shared``: the shared estimate A_d(kappa) = sum_k |s_k| / n
+    for every k.
     """
     count_trace("bayesian.gibbs_init_kappa")
     n_chains, n = z.shape
@@ -85,7 +86,7 @@ def _initial_kappa(data, z, m, n_components, shared=False):
     else:
         rbar = norms / jnp.maximum(counts, 1.0)
     kappa, _ = _mixture.solve_kappa(d, rbar, 1e5)
-    kappa = jnp.clip(kappa, 1e-3, 1e5)
+    kappa = jnp.clip(kappa, _mcmc.KAPPA_START_MIN, 1e5)
     return jnp.where(counts >= 2, kappa, jnp.exp(m))
 
 
@@ -546,8 +547,6 @@ def gibbs_to_arviz(estimator):
     (components holding at least one row). Chains are aligned to chain 0's labels. With
     ``shared_kappa`` the one concentration has dims (chain, draw) only.
     """
-    import arviz as az
-
     kappa = np.asarray(estimator.gibbs_kappa_)
     counts = np.asarray(estimator.gibbs_counts_)
     n_components = kappa.shape[2]
@@ -555,12 +554,11 @@ def gibbs_to_arviz(estimator):
     n = counts[0, 0].sum()
     weights = (alpha + counts) / (n + n_components * alpha)
     shared = bool(estimator.shared_kappa)
-    return az.from_dict(
-        posterior={"kappa": kappa[..., 0] if shared else kappa, "weights": weights},
+    return _arviz.inference_data(
+        {"kappa": kappa[..., 0] if shared else kappa, "weights": weights},
+        {"kappa": [] if shared else ["component"], "weights": ["component"]},
         sample_stats={
             "log_joint": np.asarray(estimator.gibbs_log_joint_),
             "n_occupied": (counts > 0).sum(axis=2),
         },
-        coords={"component": np.arange(n_components)},
-        dims={"kappa": [] if shared else ["component"], "weights": ["component"]},
     )

@@ -84,9 +84,6 @@ GIBBS_BLOCK = 64
 #: Random-walk MH steps on each log kappa_k per sweep. A step costs O(K) (the norms come
 #: from the carried |s_k|^2 and s_k . mu0), against O(n K d) for the label sweep.
 KAPPA_MH_STEPS = 10
-#: Acceptance rate the warm-up adapts the MH step towards (the optimum of a 1-D Gaussian
-#: random walk, Gelman, Roberts and Gilks 1996).
-KAPPA_MH_TARGET = 0.44
 #: Proposals above this are rejected: the range over which ``bayesvmf.special`` is tested.
 KAPPA_MAX = 1e7
 
@@ -453,8 +450,8 @@ def gibbs_kappa_update(rng_key, state: GibbsState, hyper: Priors, d: int, adapt,
     log-normal proposal "around the current iterate" of sec. 3.1.2 of [1]_; it is symmetric
     on the log scale, so the acceptance ratio is the ratio of the targets (eq. (E) of
     ``docs/bayesian_gibbs.md``).
-    ``adapt`` (1 during warm-up, 0 after) moves log_step towards ``KAPPA_MH_TARGET``, so the
-    sampling phase is a fixed Markov kernel.
+    ``adapt`` (1 during warm-up, 0 after) moves log_step towards
+    :data:`bayesvmf._mcmc.TARGET_ACCEPT`, so the sampling phase is a fixed Markov kernel.
 
     Returns
     -------
@@ -502,7 +499,7 @@ def gibbs_kappa_update(rng_key, state: GibbsState, hyper: Priors, d: int, adapt,
         target,
         adapt,
         log_kappa_max=np.log(KAPPA_MAX),
-        target_accept=KAPPA_MH_TARGET,
+        target_accept=_mcmc.TARGET_ACCEPT,
     )
     accept = accept_prob.mean(axis=0)
     if shared:

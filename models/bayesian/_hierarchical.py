@@ -192,10 +192,6 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         "parents_",
         "leaves_",
         "lower_bounds_",
-        "n_occupied_components_",
-        "largest_share_",
-        "degenerate_components_",
-        "n_degenerate_restarts_",
     )
 
     def __init__(
@@ -471,18 +467,13 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             self.node_log_kappa_var_,
             self.dirichlet_,
         )
-        n_nodes, d = self.node_mean_directions_.shape
+        n_nodes = self.node_mean_directions_.shape[0]
         return q_to_arviz(
             params,
             num_draws,
             random_state,
             pooled=np.isin(np.arange(n_nodes), self.leaves_) if self.shared_kappa else None,
             constant_data={"parents": self.parents_, "leaf_node": self.leaves_},
-            coords={
-                "node": np.arange(n_nodes),
-                "feature": np.arange(d),
-                "component": np.arange(self.leaves_.size),
-            },
             dims={
                 "mu": ["node", "feature"],
                 "kappa": ["node"],

@@ -138,7 +138,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from bayesvmf import _mixture, special
+from bayesvmf import _mcmc, _mixture, special
 from bayesvmf._mixture import count_trace
 
 __all__ = [
@@ -163,9 +163,9 @@ __all__ = [
 #: The two schemes of sec. 3.1.1 of [1]_.
 SCHEMES = ("sampling", "bounding")
 
-#: Acceptance probability the warm-up adapts the proposal scale to (0.44, the optimum of a
-#: one-dimensional random walk; Roberts, Gelman and Gilks 1997).
-TARGET_ACCEPT = 0.44
+#: Acceptance probability the warm-up adapts the proposal scale to (the core's,
+#: :data:`bayesvmf._mcmc.TARGET_ACCEPT`).
+TARGET_ACCEPT = _mcmc.TARGET_ACCEPT
 
 #: Floor of the Monte Carlo Var[log kappa] (all proposals of a short chain rejected would
 #: give 0, and the entropy of the moment-matched log-normal would be -inf).

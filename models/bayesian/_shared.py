@@ -26,7 +26,7 @@ from jax.scipy.special import logsumexp
 from jax.sharding import PartitionSpec as P
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _data, _guards, _mixture, _parallel, special
+from bayesvmf import _arviz, _data, _guards, _mixture, _parallel, special
 from bayesvmf._base import RANDOM_STATE, check_count, make_key
 from bayesvmf._mixture import count_trace
 from bayesvmf.exceptions import ConvergenceWarning
@@ -428,26 +428,21 @@ def warn_not_converged(name, n_init, max_iter, bounds, n, tol, stacklevel=5):
     )
 
 
-def q_to_arviz(params, num_draws, random_state, coords, dims, constant_data=None, pooled=None):
+def q_to_arviz(params, num_draws, random_state, dims, constant_data=None, pooled=None):
     """Return :func:`draw_from_q` of ``params`` as ``arviz.InferenceData`` (one chain).
 
-    ``params`` = (psi, gamma, mean_log_kappa, var_log_kappa, rho); ``coords``, ``dims`` and
-    ``constant_data`` as :func:`arviz.from_dict` takes them. ``pooled`` (bool, the kappa
-    entries that are one shared concentration): those entries get one draw each time.
+    ``params`` = (psi, gamma, mean_log_kappa, var_log_kappa, rho); ``dims`` and
+    ``constant_data`` as :func:`bayesvmf._arviz.inference_data` takes them. ``pooled``
+    (bool, the kappa entries that are one shared concentration): those entries get one draw
+    each time.
     """
-    import arviz as az
-
     draws = draw_from_q(*params, num_draws, random_state)
     if pooled is not None and np.any(pooled):
         kappa = draws["kappa"]
         first = int(np.argmax(pooled))
         draws["kappa"] = np.where(pooled, kappa[..., first : first + 1], kappa)
-    return az.from_dict(
-        posterior={name: v[None] for name, v in draws.items()},
-        coords=coords,
-        dims=dims,
-        **({} if constant_data is None else {"constant_data": constant_data}),
-    )
+    posterior = {name: v[None] for name, v in draws.items()}
+    return _arviz.inference_data(posterior, dims, constant_data=constant_data)
 
 
 def draw_from_q(psi, gamma, mean_log_kappa, var_log_kappa, rho, num_draws, random_state):

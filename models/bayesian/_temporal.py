@@ -234,10 +234,6 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         "s2_",
         "n_times_",
         "lower_bounds_",
-        "n_occupied_components_",
-        "largest_share_",
-        "degenerate_components_",
-        "n_degenerate_restarts_",
     )
 
     def __init__(
@@ -572,15 +568,6 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         """
         return self._criterion("aic", X, times)
 
-    def _criterion(self, kind: str, X, times) -> float:
-        """Return the information criterion ``kind`` of the predictive density at ``times``."""
-        from bayesvmf import criteria
-
-        ll = self.score_samples(X, times)
-        return criteria.information_criterion(
-            kind, float(ll.sum()), self._n_parameters(), ll.shape[0], self.n_features_in_
-        )
-
     def top_features(self, component: int, n_top: int = 6, vocabulary=None) -> list:
         """Return the largest coordinates of a cluster's mean direction at every time step.
 
@@ -633,12 +620,11 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             self.log_kappa_var_,
             self.dirichlet_,
         )
-        n_times, k, d = self.time_mean_directions_.shape
+        k = self.time_mean_directions_.shape[1]
         return _s.q_to_arviz(
             params,
             num_draws,
             random_state,
-            coords={"time": np.arange(n_times), "component": np.arange(k), "feature": np.arange(d)},
             dims={
                 "mu": ["time", "component", "feature"],
                 "kappa": ["component"],

@@ -492,12 +492,12 @@ def _initial_statistics(rng_key, data, times, *, n_times: int, n_components: int
     """TStats of the crisp initial assignment: every row to its closest seed by cosine.
 
     The seeds are K random rows or spherical k-means++ seeds (the same draws on row blocks,
-    :data:`bayesvmf._parallel.INIT_METHODS`); each device assigns its own rows.
+    :data:`bayesvmf._mixture.INIT_METHODS`); each device assigns its own rows.
     """
     count_trace("temporal.initial_statistics")
 
     def body(rng_key, data, times):
-        mu = _parallel.INIT_METHODS[init](rng_key, data, n_components)
+        mu = _mixture.INIT_METHODS[init](rng_key, data, n_components)
         labels = jnp.argmax(_data.data_dot(_parallel.block_data(data), mu.T), axis=1)
         lam = jax.nn.one_hot(labels, n_components, dtype=jnp.float64)
         return _statistics(data, times, lam, n_times)

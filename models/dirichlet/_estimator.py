@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _guards, _parallel
+from bayesvmf import _arviz, _guards, _mixture, _parallel
 from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.dirichlet import _degeneracy
@@ -237,7 +237,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
         n_init: int = 4,
         max_iter: int = 200,
         tol: float = 1e-5,
-        kappa_max: float = 1e6,
+        kappa_max: float = _mixture.KAPPA_MAX,
         num_chains: int = 2,
         num_warmup: int = 200,
         num_samples: int = 200,
@@ -768,26 +768,18 @@ class DirichletVMFMixture(BaseVMFEstimator):
         self._check_is_fitted()
         if not hasattr(self, "samples_"):
             raise ValueError("to_arviz needs draws: fit with inference='gibbs'")
-        import arviz as az
-
         s = self.samples_
-        coords = {
-            "topic": np.arange(s["kappa"].shape[2]),
-            "feature": np.arange(s["mu"].shape[3]),
-        }
-        dims = {
-            "mu": ["topic", "feature"],
-            "kappa": ["topic"],
-            "weights": ["topic"],
-            "kappa_accept": ["topic"],
-        }
-        return az.from_dict(
-            posterior={"mu": s["mu"], "kappa": s["kappa"], "weights": s["weights"]},
+        return _arviz.inference_data(
+            {"mu": s["mu"], "kappa": s["kappa"], "weights": s["weights"]},
+            {
+                "mu": ["topic", "feature"],
+                "kappa": ["topic"],
+                "weights": ["topic"],
+                "kappa_accept": ["topic"],
+            },
             sample_stats={
                 "lp": s["lp"],
                 "n_occupied": s["n_occupied"],
                 "kappa_accept": s["kappa_accept"],
             },
-            coords=coords,
-            dims=dims,
         )

@@ -16,7 +16,7 @@ from jax import lax
 from jax.scipy.special import gammaln
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import special
+from bayesvmf import _mcmc, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus
 from bayesvmf.models.dirichlet._vem import VEMHyper, init_vem_state
@@ -24,10 +24,9 @@ from bayesvmf.models.dirichlet._vem import VEMHyper, init_vem_state
 #: Sweeps per compiled Gibbs chunk (the progress bar moves between chunks).
 GIBBS_CHUNK = 25
 
-#: Metropolis-Hastings steps on each log kappa_k per Gibbs sweep, and the target acceptance
-#: rate of the warm-up adaptation (0.44, the optimum of a one-dimensional random walk).
+#: Metropolis-Hastings steps on each log kappa_k per Gibbs sweep (their warm-up adapts to
+#: :data:`bayesvmf._mcmc.TARGET_ACCEPT`).
 KAPPA_MH_STEPS = 5
-KAPPA_MH_TARGET = 0.44
 
 
 class GibbsHyper(NamedTuple):
@@ -149,8 +148,11 @@ def gibbs_kappa_update(
 ):
     """Update every kappa_k by ``KAPPA_MH_STEPS`` random-walk MH steps on log kappa_k.
 
+    The steps are :func:`bayesvmf._mcmc.log_kappa_mh` (shared with B-vMFmix's sampler);
+    proposals above log ``kappa_max`` are rejected.
+
     ``adapt`` (0 or 1, an array) moves log_step towards the acceptance rate
-    ``KAPPA_MH_TARGET``; it is 1 during warm-up only, so the sampling phase is a fixed
+    ``bayesvmf._mcmc.TARGET_ACCEPT``; it is 1 during warm-up only, so the sampling phase is a fixed
     Markov kernel. Returns the new state and the mean acceptance probability per topic.
     With ``shared_kappa`` (static) the K entries are one concentration: one proposal, one
     acceptance draw, the target of all topics together (:func:`_kappa_log_target`).
@@ -158,35 +160,24 @@ def gibbs_kappa_update(
     keys = jax.random.split(rng_key, KAPPA_MH_STEPS)
 
     def target(log_kappa):
-        return _kappa_log_target(
+        # z is fixed during these steps: nothing beside the density is carried (aux ())
+        density = _kappa_log_target(
             d, log_kappa, state.topic_count, state.resultant, hyper, shared_kappa
         )
-
-    def body(carry, key):
-        # the target of the current point is carried (z is fixed during these steps), so
-        # each step evaluates the special functions once, at the proposal
-        log_kappa, current, log_step = carry
-        key_prop, key_acc = jax.random.split(key)
-        noise = jax.random.normal(key_prop, log_kappa.shape)
-        if shared_kappa:  # one random-walk step for the one concentration
-            noise = jnp.broadcast_to(noise[0], noise.shape)
-        proposal = log_kappa + jnp.exp(log_step) * noise
-        proposed = target(proposal)
-        log_ratio = proposed - current
-        log_ratio = jnp.where(jnp.exp(proposal) > hyper.kappa_max, -jnp.inf, log_ratio)
-        accept_prob = jnp.exp(jnp.minimum(log_ratio, 0.0))
-        uniform = jax.random.uniform(key_acc, log_kappa.shape)
-        if shared_kappa:
-            uniform = jnp.broadcast_to(uniform[0], uniform.shape)
-        accept = uniform < accept_prob
-        log_kappa = jnp.where(accept, proposal, log_kappa)
-        current = jnp.where(accept, proposed, current)
-        log_step = log_step + adapt * 0.1 * (accept_prob - KAPPA_MH_TARGET)
-        return (log_kappa, current, log_step), accept_prob
+        return density, ()
 
     log_kappa = jnp.log(state.kappa)
-    (log_kappa, _, log_step), accept_prob = lax.scan(
-        body, (log_kappa, target(log_kappa), state.log_step), keys
+    (log_kappa, _, _, log_step), accept_prob = _mcmc.log_kappa_mh(
+        keys,
+        log_kappa,
+        target(log_kappa)[0],
+        (),
+        state.log_step,
+        target,
+        adapt,
+        log_kappa_max=jnp.log(hyper.kappa_max),
+        target_accept=_mcmc.TARGET_ACCEPT,
+        shared=shared_kappa,
     )
     return state._replace(kappa=jnp.exp(log_kappa), log_step=log_step), accept_prob.mean(axis=0)
 
@@ -279,7 +270,7 @@ def _init_gibbs_state(
     z = jnp.argmax(corpus.X @ seed.mu.T, axis=1).astype(jnp.int32)
     n_docs = corpus.doc_weight.shape[0]
     doc_topic, topic_count, resultant = _statistics(corpus.X, corpus.doc, z, n_docs, n_topics)
-    kappa = jnp.clip(seed.kappa, 1e-3, vem_hyper.kappa_max)
+    kappa = jnp.clip(seed.kappa, _mcmc.KAPPA_START_MIN, vem_hyper.kappa_max)
     if not shared_kappa:  # a shared kappa is that of the pooled partition, empty topics too
         kappa = jnp.where(topic_count > 0, kappa, 1.0)
     # explicit dtype: a weakly typed log_step would change type after the first chunk and

@@ -19,7 +19,7 @@ from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
 from jax.sharding import PartitionSpec as P
 
-from bayesvmf import _parallel, special
+from bayesvmf import _mixture, _parallel, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus, _data_dot, _data_tdot
 
@@ -89,23 +89,23 @@ class VEMInfo(NamedTuple):
 def _solve_kappa(d: int, resultant_norm, resp_sum, kappa_old, kappa_max, shared_kappa=False):
     """M-step for kappa (eq. (10) of [1]_ solved exactly: A_d(kappa) = |r_k| / n_k).
 
-    With ``shared_kappa`` (static) one concentration for all topics from the pooled
-    statistics, A_d(kappa) = sum_k |r_k| / sum_k n_k: the exact maximiser of
-    sum_k (n_k log c_d(kappa) + kappa |r_k|) over a single kappa (the same concavity
-    argument as per topic), so the bound stays monotone.
+    :func:`bayesvmf._mixture.solve_kappa` (the solve, its clip and its cap); an empty topic
+    keeps its kappa and is never reported as collapsed. With ``shared_kappa`` (static) one
+    concentration for all topics from the pooled statistics, A_d(kappa) = sum_k |r_k| /
+    sum_k n_k: the exact maximiser of sum_k (n_k log c_d(kappa) + kappa |r_k|) over a single
+    kappa (the same concavity argument as per topic), so the bound stays monotone.
     """
+    filled = resp_sum > EMPTY_RESP_SUM
     if shared_kappa:
         total = jnp.maximum(jnp.sum(resp_sum), EMPTY_RESP_SUM)
-        rbar = jnp.clip(jnp.sum(resultant_norm) / total, 0.0, 1.0 - 1e-15)
-        shared = jnp.minimum(special.kappa_from_rbar(d, rbar), kappa_max)
+        shared, collapsed = _mixture.solve_kappa(d, jnp.sum(resultant_norm) / total, kappa_max)
         kappa = jnp.broadcast_to(shared, resp_sum.shape)
-        return kappa, (kappa >= kappa_max) & (resp_sum > EMPTY_RESP_SUM)
-    safe_sum = jnp.maximum(resp_sum, EMPTY_RESP_SUM)
-    # |r_k| <= n_k always (unit vectors); the clip only absorbs rounding.
-    rbar = jnp.clip(resultant_norm / safe_sum, 0.0, 1.0 - 1e-15)
-    kappa = jnp.minimum(special.kappa_from_rbar(d, rbar), kappa_max)
-    kappa = jnp.where(resp_sum > EMPTY_RESP_SUM, kappa, kappa_old)
-    return kappa, (kappa >= kappa_max) & (resp_sum > EMPTY_RESP_SUM)
+        return kappa, collapsed & filled
+    # |r_k| <= n_k always (unit vectors); the solve's clip only absorbs rounding.
+    kappa, collapsed = _mixture.solve_kappa(
+        d, resultant_norm / jnp.maximum(resp_sum, EMPTY_RESP_SUM), kappa_max
+    )
+    return jnp.where(filled, kappa, kappa_old), collapsed & filled
 
 
 def _dirichlet_terms(phi, doc_topic, alpha):

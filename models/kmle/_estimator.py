@@ -22,7 +22,7 @@ import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
-from bayesvmf import _guards
+from bayesvmf import _guards, _mixture
 from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, make_key, seed_from
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.kmle._kernel import (
@@ -222,7 +222,7 @@ class KMLEMixture(BaseVMFEstimator):
         tol: float = 1e-9,
         max_dof: float = 1e6,
         min_dof: float | None = None,
-        kappa_max: float = 1e6,
+        kappa_max: float = _mixture.KAPPA_MAX,
         normalize: bool = True,
         random_state: int | None = None,
     ) -> None:
