@@ -17,7 +17,8 @@ from sklearn.utils._param_validation import InvalidParameterError
 import bayesvmf
 from bayesvmf import _data, _mixture
 from bayesvmf.exceptions import ConvergenceWarning
-from bayesvmf.models import BayesianVMFMixture, SparseVMFMixture
+from bayesvmf.models import BayesianVMFMixture, SparseVMFMixture, TemporalVMFMixture
+from bayesvmf.models.bayesian._temporal_vi import _initial_statistics
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +55,15 @@ def _fit(X, **kwargs):
         return BayesianVMFMixture(3, n_init=1, max_iter=3, random_state=0, **kwargs).fit(X)
 
 
-def test_defaults_are_the_documented_ones():
-    params = BayesianVMFMixture().get_params()
+@pytest.mark.parametrize("cls", [BayesianVMFMixture, TemporalVMFMixture])
+def test_defaults_are_the_documented_ones(cls):
+    params = cls().get_params()
     assert (params["init"], params["kmeans_iter"]) == ("greedy-spherical-kmeans++", 20)
     # the same initialisation as the classical mixture's
     sparse = SparseVMFMixture().get_params()
     assert (sparse["init"], sparse["kmeans_iter"]) == (params["init"], params["kmeans_iter"])
-    doc = " ".join(BayesianVMFMixture.__doc__.split())
-    assert 'shape (n_samples,), default "greedy-spherical-kmeans++"' in doc
+    doc = " ".join(cls.__doc__.split())
+    assert 'default "greedy-spherical-kmeans++"' in doc
     assert "kmeans_iter : int, default 20" in doc
 
 
@@ -91,16 +93,41 @@ def test_kmeans_iter_zero_is_the_earlier_default(sample):
     assert not np.array_equal(labels, expected_labels(X, "spherical-kmeans++", 20))
 
 
+@pytest.mark.parametrize("cls", [BayesianVMFMixture, TemporalVMFMixture])
 @pytest.mark.parametrize(
     ("kmeans_iter", "got"),
     [(-1, "-1"), (2.5, "2.5"), ("5", "'5'")],
 )
-def test_bad_kmeans_iter(sample, kmeans_iter, got):
+def test_bad_kmeans_iter(sample, cls, kmeans_iter, got):
     X = sample.X.copy()
     message = (
-        "The 'kmeans_iter' parameter of BayesianVMFMixture must be an int in the range "
+        f"The 'kmeans_iter' parameter of {cls.__name__} must be an int in the range "
         f"[0, inf). Got {got} instead."
     )
     with pytest.raises(InvalidParameterError, match=re.escape(message)):
-        BayesianVMFMixture(3, kmeans_iter=kmeans_iter).fit(X)
+        cls(3, kmeans_iter=kmeans_iter).fit(X)
     np.testing.assert_array_equal(X, sample.X)
+
+
+@pytest.mark.parametrize(
+    ("init", "passes"), [("spherical-kmeans++", 0), ("greedy-spherical-kmeans++", 4)]
+)
+def test_temporal_initial_statistics_are_seeds_then_lloyd(sample, init, passes):
+    # T-vMFmix's initial assignment: the same seeds and passes, whatever the time step
+    X, times = sample.X, np.arange(sample.X.shape[0]) % 3
+    with jax.enable_x64(True):
+        key = jax.random.key(5)
+        seeds = np.asarray(_mixture.INIT_METHODS[init](key, _data.to_device(X), 3))
+        stats = _initial_statistics(
+            key,
+            _data.to_device(X),
+            jax.numpy.asarray(times),
+            np.int64(passes) if passes else None,
+            n_times=3,
+            n_components=3,
+            init=init,
+        )
+    labels = np.argmax(X @ numpy_lloyd(X, seeds, passes).T, axis=1)
+    counts = np.zeros((3, 3))
+    np.add.at(counts, (times, labels), 1.0)
+    np.testing.assert_array_equal(np.asarray(stats.resp_sum), counts)

@@ -85,9 +85,9 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         Prior variance of log kappa_k (> 0).
     empirical_bayes : bool, default True
         VI: update alpha, mu0, C0, m, s2 at every iteration to maximise the bound.
-    init : {"greedy-spherical-kmeans++", "spherical-kmeans++", "random"} or int array of \
-shape (n_samples,), default "greedy-spherical-kmeans++"
-        Initial assignments: each row to its closest initial direction by cosine, one set
+    init : str or int array of shape (n_samples,), default "greedy-spherical-kmeans++"
+        "greedy-spherical-kmeans++", "spherical-kmeans++" or "random"; or labels. Initial
+        assignments: each row to its closest initial direction by cosine, one set
         per restart (chain). The seeds are K random rows (Algorithm 4 of Rossi and
         Barbaro's classical mixture), spherical k-means++ seeds (k-means++ on the cosine
         dissimilarity), or greedy spherical k-means++ (the best of 2 + floor(ln K)
