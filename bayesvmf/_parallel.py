@@ -25,6 +25,11 @@ so padding never touches counts, resultants, weights or the likelihood. Padding 
 ever sit after the real rows: global row i is row ``i % block_rows`` of block
 ``i // block_rows``.
 
+The initialisations work on plain or blocked data alike: the seeding methods
+(:data:`INIT_METHODS`) and the hard spherical k-means passes that refine them
+(:func:`spherical_kmeans`, Banerjee et al. [2]_), shared by the classical and the Bayesian
+mixtures.
+
 References
 ----------
 .. [1] F. Rossi and F. Barbaro, "Mixture of von Mises-Fisher distribution with sparse
