@@ -25,10 +25,17 @@ so padding never touches counts, resultants, weights or the likelihood. Padding 
 ever sit after the real rows: global row i is row ``i % block_rows`` of block
 ``i // block_rows``.
 
+The initialisations work on plain or blocked data alike: the seeding methods
+(:data:`bayesvmf._mixture.INIT_METHODS`, which take :class:`RowBlocks` too) and the hard
+spherical k-means passes that refine them (:func:`spherical_kmeans`, Banerjee et al. [2]_),
+shared by the classical and the Bayesian mixtures.
+
 References
 ----------
 .. [1] F. Rossi and F. Barbaro, "Mixture of von Mises-Fisher distribution with sparse
    prototypes", Neurocomputing (journal version of the ESANN 2021 paper).
+.. [2] A. Banerjee, I. S. Dhillon, J. Ghosh and S. Sra, "Clustering on the unit hypersphere
+   using von Mises-Fisher distributions", JMLR 6 (2005) 1345-1382.
 """
 
 from __future__ import annotations
@@ -67,7 +74,9 @@ __all__ = [
     "e_statistics",
     "select_rows",
     "crisp_statistics",
-    "INIT_METHODS",
+    "HARD_RTOL",
+    "normalised",
+    "spherical_kmeans",
     "weighted_log_prob",
 ]
 
@@ -510,9 +519,55 @@ def _gather_rows(data, values: jax.Array) -> jax.Array:
     return values[: data.n_samples]
 
 
-#: Seeding methods by name (:data:`bayesvmf._mixture.INIT_METHODS`): they take plain data or
-#: :class:`RowBlocks` alike (:meth:`RowBlocks.rows`, :meth:`RowBlocks.dot`).
-INIT_METHODS = _mixture.INIT_METHODS
+#: Hard passes stop early when one raises the spherical k-means objective sum_i max_k x_i.mu_k
+#: by at most this fraction (Lloyd's iterations never lower it).
+HARD_RTOL = 1e-6
+
+
+def normalised(resultant, fallback):
+    """Rows of ``resultant`` scaled to unit norm; ``fallback``'s row where a row is zero."""
+    norm = jnp.linalg.norm(resultant, axis=-1, keepdims=True)
+    tiny = jnp.finfo(resultant.dtype).tiny
+    return jnp.where(norm > 0, resultant / jnp.maximum(norm, tiny), fallback)
+
+
+def spherical_kmeans(data, mu, max_passes):
+    """Refine mean directions by hard spherical k-means passes (Lloyd; Banerjee et al. [2]_).
+
+    Each pass assigns every row to its closest direction by cosine and replaces each
+    direction by its cluster's normalised resultant (an empty cluster keeps its direction):
+    the limit of EM's steps as every kappa grows alike, at the cost of the same two data
+    products without a log-normaliser or a soft assignment. Passes stop after
+    ``max_passes`` or once a pass raises the objective sum_k mu_k . r_k by at most
+    :data:`HARD_RTOL` relative. On row blocks the statistics are summed over devices before
+    the test, so every device runs the same number of passes.
+
+    Parameters
+    ----------
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    mu : jax.Array of shape (K, d)
+        Seeds (unit rows).
+    max_passes : int64 scalar (traced)
+
+    Returns
+    -------
+    mu : jax.Array of shape (K, d)
+    """
+
+    def keep_going(carry):
+        it, _, gain, score = carry
+        return (it < max_passes) & (gain > HARD_RTOL * jnp.abs(score))
+
+    def one_pass(carry):
+        it, mu, _, previous = carry
+        resultant, _ = crisp_statistics(data, mu)
+        # the objective of this assignment at the directions that made it
+        score = jnp.sum(mu * resultant)
+        return it + 1, normalised(resultant, mu), score - previous, score
+
+    # (gain, score) = (inf, 0): the first pass always runs
+    init = (jnp.zeros((), max_passes.dtype), mu, jnp.asarray(jnp.inf), jnp.asarray(0.0))
+    return jax.lax.while_loop(keep_going, one_pass, init)[1]
 
 
 def weighted_log_prob(data: RowBlocks, log_weights, mu, kappa) -> np.ndarray:

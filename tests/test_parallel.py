@@ -72,7 +72,7 @@ SCRIPT = textwrap.dedent(
 
     def pieces(args, data):
         mu, kappa, log_c, log_w = args
-        seeds = {name: f(key, data, K) for name, f in _parallel.INIT_METHODS.items()}
+        seeds = {name: f(key, data, K) for name, f in _mixture.INIT_METHODS.items()}
         return (_parallel.e_statistics(data, log_w, mu, kappa, log_c),
                 _parallel.crisp_statistics(data, mu), seeds)
 
@@ -198,7 +198,7 @@ def test_sharded_fits_do_not_recompile(two_devices):
 def test_sharded_statistics_and_seeds_equal_one_device(two_devices, layout):
     one, two = two_devices[layout]["one"], two_devices[layout]["two"]
     # r, N, log-lik; crisp r, N; one seed set per init method (random, k-means++, greedy)
-    assert len(one) == len(two) == 5 + len(_parallel.INIT_METHODS) == 8
+    assert len(one) == len(two) == 5 + len(_mixture.INIT_METHODS) == 8
     for a, b in zip(one, two, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
     assert np.asarray(one[1]).sum() == pytest.approx(101)  # padding rows carry no weight

@@ -18,10 +18,10 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _guards, _mixture, _parallel, special
-from bayesvmf._base import RANDOM_STATE, check_count, make_key
-from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning
+from bayesvmf._base import RANDOM_STATE
+from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.models.bayesian import _bvmf_stream, _kappa
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
-from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian._bvmf_posterior import kappa_draws, vi_to_arviz
 from bayesvmf.models.bayesian._bvmf_vi import (
     StreamState,
@@ -33,7 +33,6 @@ from bayesvmf.models.bayesian._bvmf_vi import (
     _log_resp_rows,
     _seed_statistics,
     _weighted_log_resp,
-    svi_step,
     vi_step,
 )
 from bayesvmf.models.bayesian._kappa import Priors
@@ -86,12 +85,26 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         Prior variance of log kappa_k (> 0).
     empirical_bayes : bool, default True
         VI: update alpha, mu0, C0, m, s2 at every iteration to maximise the bound.
-    init : {"random", "spherical-kmeans++"} or int array of shape (n_samples,)
-        Initial assignments: each row to its closest seed (K random rows, or spherical
-        k-means++ seeds) by cosine, one set per restart; or the given labels (every component
+    init : str or int array of shape (n_samples,), default "greedy-spherical-kmeans++"
+        "greedy-spherical-kmeans++", "spherical-kmeans++" or "random"; or labels. Initial
+        assignments: each row to its closest initial direction by cosine, one set
+        per restart (chain). The seeds are K random rows (Algorithm 4 of Rossi and
+        Barbaro's classical mixture), spherical k-means++ seeds (k-means++ on the cosine
+        dissimilarity), or greedy spherical k-means++ (the best of 2 + floor(ln K)
+        candidates per seed, as scikit-learn's KMeans), then refined by ``kmeans_iter``
+        hard spherical k-means passes: the initialisation of
+        :class:`~bayesvmf.models.SparseVMFMixture`. Or the given labels (every component
         must be used), the same for every chain, so that several methods can start from
         identical assignments. With labels VI runs once: ``n_init`` is ignored, as by
         :class:`~bayesvmf.models.SparseVMFMixture` (restarts from one start would repeat it).
+    kmeans_iter : int, default 20
+        Hard spherical k-means passes (Lloyd's iterations on the cosine, the limit of the
+        classical mixture's EM as every kappa grows alike; Banerjee et al., JMLR 2005) that
+        refine each restart's seeds before inference
+        (:func:`bayesvmf._parallel.spherical_kmeans`; they stop early once the partition has
+        settled); the initial assignment is the final partition of the passes. 0 assigns
+        the rows to the seeds (earlier versions: ``init="spherical-kmeans++",
+        kmeans_iter=0``). Ignored when ``init`` is an array of labels.
     n_init : int, default 1
         VI restarts, run side by side (vmapped); among the restarts that did not degenerate
         (:mod:`bayesvmf._guards`), the first whose bound per row is within ``tol`` of the
@@ -205,7 +218,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         "m": [FINITE, None],
         "s2": [POSITIVE],
         "empirical_bayes": ["boolean"],
-        "init": [StrOptions({"random", "spherical-kmeans++"}), "array-like"],
+        "init": [StrOptions(set(_mixture.INIT_METHODS)), "array-like"],
+        "kmeans_iter": [Interval(Integral, 0, None, closed="left")],
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 0, None, closed="left")],
         "tol": [NONNEGATIVE],
@@ -247,10 +261,6 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         "gibbs_accept_rate_",
         "gibbs_priors_",
         "rhat_kappa_",
-        "n_occupied_components_",
-        "largest_share_",
-        "degenerate_components_",
-        "n_degenerate_restarts_",
     )
 
     def __init__(
@@ -266,7 +276,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         m: float | None = None,
         s2: float = 1.0,
         empirical_bayes: bool = True,
-        init="spherical-kmeans++",
+        init="greedy-spherical-kmeans++",
+        kmeans_iter: int = 20,
         n_init: int = 1,
         max_iter: int = 100,
         tol: float = 1e-6,
@@ -295,6 +306,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         self.s2 = s2
         self.empirical_bayes = empirical_bayes
         self.init = init
+        self.kmeans_iter = kmeans_iter
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
@@ -368,6 +380,10 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             raise ValueError(f"{name} must be a finite nonzero vector; got norm {norm}.")
         return mu0 / norm
 
+    def _kmeans_passes(self):
+        """``kmeans_iter`` as a traced int64, or None for none (the program without passes)."""
+        return np.int64(self.kmeans_iter) if self.kmeans_iter > 0 else None
+
     def _resolve(self, data, rng_key):
         """Return (priors, initial labels, initial statistics) of the B runs.
 
@@ -388,11 +404,11 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         if user_labels is not None:
             labels = np.broadcast_to(user_labels, (batch, n))
         elif self.inference == "gibbs":
-            labels = np.asarray(_init_labels(keys, data, k, self.init))
+            labels = np.asarray(_init_labels(keys, data, k, self.init, self._kmeans_passes()))
         else:
             labels = None
         if labels is None:
-            resultant, resp_sum = _seed_statistics(keys, data, k, self.init)
+            resultant, resp_sum = _seed_statistics(keys, data, k, self.init, self._kmeans_passes())
         else:
             # identical labels for every run, or chains that only need run 0's statistics
             one = _label_statistics(jnp.asarray(labels[0]), data, k)
@@ -492,7 +508,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         if not isinstance(self.init, str):
             raise ValueError(
                 f"{type(self).__name__}: init as an array of labels cannot be combined with "
-                "devices=; use init='random' or 'spherical-kmeans++'."
+                "devices=; use a seeding method (the default init, "
+                "'greedy-spherical-kmeans++', 'spherical-kmeans++' or 'random')."
             )
         return devices
 
@@ -540,78 +557,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         .. [2] M. D. Hoffman, D. M. Blei, C. Wang and J. Paisley, "Stochastic variational
            inference", JMLR 14 (2013) 1303-1347.
         """
-        online = getattr(self, "_online", None)
-        first = online is None
-        # every call: set_params may have changed anything since the last one
-        self._validate_params()
-        if self.inference != "vi":
-            raise ValueError(
-                f"{type(self).__name__}.partial_fit runs stochastic variational "
-                f"inference: it needs inference='vi'; got inference={self.inference!r}."
-            )
-        if first:
-            if not isinstance(self.init, str):
-                raise ValueError(
-                    f"{type(self).__name__}.partial_fit: init as an array of labels "
-                    "cannot be used (the labels of the first chunk are unknown); use "
-                    "init='random' or 'spherical-kmeans++'."
-                )
-        else:
-            stream = (online.resp_sum.shape[0], *self._online_scheme)
-            if stream != (self.n_components, self.kappa_update, bool(self.shared_kappa)):
-                raise ValueError(
-                    f"{type(self).__name__}.partial_fit: n_components={self.n_components}, "
-                    f"kappa_update={self.kappa_update!r}, shared_kappa={self.shared_kappa} "
-                    f"differ from the stream this model carries (n_components={stream[0]}, "
-                    f"kappa_update={stream[1]!r}, shared_kappa={stream[2]}); restore them, or "
-                    "call fit to start anew."
-                )
-        check_count(n_samples, "n_samples", allow_none=True)
-        devices = self._check_devices()
-        Xc = self._check_input(X, reset=first)
-        # the counters change only once the step has succeeded: a chunk that fails
-        # validation leaves the model as it was
-        n_seen = (0 if first else self.n_samples_seen_) + Xc.shape[0]
-        corpus_rows = n_seen if n_samples is None else n_samples
-        with jax.enable_x64(True):
-            key = make_key(self.random_state)
-            if first:
-                # the step below diagnoses (and warns about) the state this call ends in
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DegenerateRunWarning)
-                    self._fit(fit_data(Xc, devices), key)
-                online, n_steps, step_size = self._online, 0, 1.0
-            else:
-                n_steps = self.n_steps_ + 1
-                step_size = (n_steps + self.learning_offset) ** (-self.learning_decay)
-            blocks = _parallel.row_blocks(Xc, jnp.float64, devices=devices, bucket=True)
-            online, bound, accept, effective = svi_step(
-                online,
-                blocks.counted_by_weight(),
-                np.float64(step_size),
-                np.float64(corpus_rows / Xc.shape[0]),
-                np.bool_(self.empirical_bayes),
-                shared_kappa=bool(self.shared_kappa),
-                **self._static(),
-            )
-            self._online = online
-            self.n_samples_seen_, self.n_steps_ = n_seen, n_steps
-            self._set_posterior(online, accept, jax.random.fold_in(key, n_steps))
-        self.lower_bound_ = float(bound)
-        self.lower_bounds_ = np.append(self.lower_bounds_, self.lower_bound_)
-        self.n_iter_ += 1
-        # the corpus estimate of N_k. The chunk's effective rows alone would call a healthy
-        # component "carried by one vector" whenever a small chunk holds about one of its
-        # rows: it counts as such only when the corpus estimate of its weight is about one
-        # row too (effective rows never exceed N_k)
-        diag = _guards.diagnose(
-            online.resp_sum,
-            n_rows=corpus_rows,
-            kappa=online.post.kappa.mean_kappa,
-            effective_rows=np.maximum(np.asarray(effective), np.asarray(online.resp_sum)),
-        )
-        self._report_guards(diag, 0, 1, stacklevel=3)
-        return self
+        return _bvmf_stream.partial_fit(self, X, n_samples)
 
     def _static(self) -> dict:
         """Return the static sizes of the VI and SVI steps."""

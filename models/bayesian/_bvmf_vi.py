@@ -499,15 +499,27 @@ def _svi_step_body(args, data, *, cfg):
     return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept, effective
 
 
+def _seeds(key, data, n_components: int, init: str, kmeans_iter):
+    """One restart's initial directions: seeds by ``init``, then hard spherical k-means.
+
+    With ``kmeans_iter`` passes (traced; ``None`` for none, the program of earlier versions)
+    the seeds are refined by :func:`bayesvmf._parallel.spherical_kmeans`, as the classical
+    mixture's initialisation (:func:`bayesvmf.models.sparse.init_state`); plain or blocked
+    data.
+    """
+    mu = _mixture.INIT_METHODS[init](key, data, n_components)
+    return mu if kmeans_iter is None else _parallel.spherical_kmeans(data, mu, kmeans_iter)
+
+
 @functools.partial(
     jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
 )
-def _init_labels(keys, data, n_components: int, init: str):
-    """Crisp labels of every restart: closest seed by cosine (random rows or k-means++)."""
+def _init_labels(keys, data, n_components: int, init: str, kmeans_iter=None):
+    """Crisp labels of every restart: closest initial direction (:func:`_seeds`) by cosine."""
     _mixture.count_trace("bayesian.init_labels")
 
     def one(key):
-        mu = _mixture.INIT_METHODS[init](key, data, n_components)
+        mu = _seeds(key, data, n_components, init, kmeans_iter)
         return jnp.argmax(_data.data_dot(data, mu.T), axis=1)
 
     return jax.vmap(one)(keys)
@@ -516,22 +528,25 @@ def _init_labels(keys, data, n_components: int, init: str):
 @functools.partial(
     jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
 )
-def _seed_statistics(keys, data, n_components: int, init: str):
+def _seed_statistics(keys, data, n_components: int, init: str, kmeans_iter=None):
     """(r_k, N_k) of every restart's crisp assignment to its seeds, shapes (B, K, d), (B, K).
 
-    The seeds and the assignment of :func:`_init_labels` (the same draws), computed on row
-    blocks as well: each device assigns its own rows, the sums are added over devices.
+    The initial directions and the assignment of :func:`_init_labels` (the same draws),
+    computed on row blocks as well: each device assigns its own rows, the sums are added
+    over devices.
     """
     _mixture.count_trace("bayesian.seed_statistics")
 
-    def body(keys, data):
+    def body(args, data):
+        keys, kmeans_iter = args
+
         def one(key):
-            mu = _parallel.INIT_METHODS[init](key, data, n_components)
+            mu = _seeds(key, data, n_components, init, kmeans_iter)
             return _parallel.crisp_statistics(data, mu)
 
         return jax.vmap(one)(keys)
 
-    return _parallel.map_blocks(body, keys, data)
+    return _parallel.map_blocks(body, (keys, kmeans_iter), data)
 
 
 @functools.partial(jax.jit, static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)

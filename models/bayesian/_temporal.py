@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _guards, _mixture, _parallel, special
 from bayesvmf._base import make_key
@@ -141,8 +141,16 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     s2 : float, default 1.0
     empirical_bayes : bool, default True
         Update alpha, mu0, m, s2.
-    init, n_init, max_iter, tol, kappa_num_samples, kappa_num_steps, normalize,
-    random_state, verbose
+    init : str, default "greedy-spherical-kmeans++"
+        "greedy-spherical-kmeans++", "spherical-kmeans++" or "random".
+        Seeds of the initial crisp assignment (every row to its closest direction by
+        cosine, whatever its time step), as in
+        :class:`~bayesvmf.models.BayesianVMFMixture`.
+    kmeans_iter : int, default 20
+        Hard spherical k-means passes refining the seeds before VI, as in
+        :class:`~bayesvmf.models.BayesianVMFMixture` (0: the seeds themselves, the
+        behaviour of earlier versions with ``init="spherical-kmeans++"``).
+    n_init, max_iter, tol, kappa_num_samples, kappa_num_steps, normalize, random_state, verbose
         As in :class:`._hierarchical.HierarchicalVMFMixture`.
     devices : None, int or list of jax devices, default None
         Data-parallel VI (docs/design.md section 6): the rows of X and their time indices are
@@ -208,6 +216,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     _parameter_constraints: dict[str, Any] = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         **_s.SHARED_CONSTRAINTS,
+        "init": [StrOptions(set(_mixture.INIT_METHODS))],
+        "kmeans_iter": [Interval(Integral, 0, None, closed="left")],
         "C0": [_s.POSITIVE, None],
         "shared_kappa": ["boolean"],
     }
@@ -248,7 +258,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         m: float | None = None,
         s2: float = 1.0,
         empirical_bayes: bool = True,
-        init: str = "spherical-kmeans++",
+        init: str = "greedy-spherical-kmeans++",
+        kmeans_iter: int = 20,
         n_init: int = 1,
         max_iter: int = 100,
         tol: float = 1e-6,
@@ -269,6 +280,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         self.s2 = s2
         self.empirical_bayes = empirical_bayes
         self.init = init
+        self.kmeans_iter = kmeans_iter
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
@@ -362,8 +374,9 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         )
 
         def start(init_key):
+            passes = np.int64(self.kmeans_iter) if self.kmeans_iter > 0 else None
             stats = _initial_statistics(
-                init_key, data, t_dev, n_times=n_times, n_components=K, init=self.init
+                init_key, data, t_dev, passes, n_times=n_times, n_components=K, init=self.init
             )
             return self._initial_state(stats, mu0, d), stats
 

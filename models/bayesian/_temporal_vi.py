@@ -488,21 +488,28 @@ _vi_step = jax.jit(vi_step, static_argnames=STATIC_ARGNAMES, compiler_options=_m
     static_argnames=("n_times", "n_components", "init"),
     compiler_options=_mixture.JIT_OPTIONS,
 )
-def _initial_statistics(rng_key, data, times, *, n_times: int, n_components: int, init: str):
-    """TStats of the crisp initial assignment: every row to its closest seed by cosine.
+def _initial_statistics(
+    rng_key, data, times, kmeans_iter=None, *, n_times: int, n_components: int, init: str
+):
+    """TStats of the crisp initial assignment: every row to its closest direction by cosine.
 
-    The seeds are K random rows or spherical k-means++ seeds (the same draws on row blocks,
-    :data:`bayesvmf._mixture.INIT_METHODS`); each device assigns its own rows.
+    The seeds are K random rows or (greedy) spherical k-means++ seeds (the same draws on row
+    blocks, :data:`bayesvmf._mixture.INIT_METHODS`), refined by at most ``kmeans_iter``
+    hard spherical k-means passes (:func:`bayesvmf._parallel.spherical_kmeans`; None: none);
+    each device assigns its own rows.
     """
     count_trace("temporal.initial_statistics")
 
-    def body(rng_key, data, times):
+    def body(args, data, times):
+        rng_key, kmeans_iter = args
         mu = _mixture.INIT_METHODS[init](rng_key, data, n_components)
+        if kmeans_iter is not None:
+            mu = _parallel.spherical_kmeans(data, mu, kmeans_iter)
         labels = jnp.argmax(_data.data_dot(_parallel.block_data(data), mu.T), axis=1)
         lam = jax.nn.one_hot(labels, n_components, dtype=jnp.float64)
         return _statistics(data, times, lam, n_times)
 
-    return _s.map_row_blocks(body, rng_key, data, times)
+    return _s.map_row_blocks(body, (rng_key, kmeans_iter), data, times)
 
 
 def forecast_concentration(d: int, gamma, C0, horizon):

@@ -23,6 +23,7 @@ import numpy as np
 
 from bayesvmf import _data, _mixture, _parallel
 from bayesvmf._mixture import Status
+from bayesvmf._parallel import spherical_kmeans  # re-exported by the package
 
 #: Cap and tolerance of the mu/kappa fixed point inside one M-step (Algorithm 2, inner loop).
 FIXED_POINT_MAX_ITER = 100
@@ -303,57 +304,6 @@ def _em_step_body(args, data, *, shared_kappa: bool):
     return new_state, jnp.any(active)
 
 
-#: Hard passes stop early when one raises the spherical k-means objective sum_i max_k x_i.mu_k
-#: by at most this fraction (Lloyd's iterations never lower it).
-HARD_RTOL = 1e-6
-
-
-def _normalised(resultant, fallback):
-    """Rows of ``resultant`` scaled to unit norm; ``fallback``'s row where a row is zero."""
-    norm = jnp.linalg.norm(resultant, axis=-1, keepdims=True)
-    tiny = jnp.finfo(resultant.dtype).tiny
-    return jnp.where(norm > 0, resultant / jnp.maximum(norm, tiny), fallback)
-
-
-def spherical_kmeans(data, mu, max_passes):
-    """Refine mean directions by hard spherical k-means passes (Lloyd; Banerjee et al. [2]_).
-
-    Each pass assigns every row to its closest direction by cosine and replaces each
-    direction by its cluster's normalised resultant (an empty cluster keeps its direction):
-    the limit of EM's steps as every kappa grows alike, at the cost of the same two data
-    products without a log-normaliser or a soft assignment. Passes stop after
-    ``max_passes`` or once a pass raises the objective sum_k mu_k . r_k by at most
-    :data:`HARD_RTOL` relative. On row blocks the statistics are summed over devices before
-    the test, so every device runs the same number of passes.
-
-    Parameters
-    ----------
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
-    mu : jax.Array of shape (K, d)
-        Seeds (unit rows).
-    max_passes : int64 scalar (traced)
-
-    Returns
-    -------
-    mu : jax.Array of shape (K, d)
-    """
-
-    def keep_going(carry):
-        it, _, gain, score = carry
-        return (it < max_passes) & (gain > HARD_RTOL * jnp.abs(score))
-
-    def one_pass(carry):
-        it, mu, _, previous = carry
-        resultant, _ = _parallel.crisp_statistics(data, mu)
-        # the objective of this assignment at the directions that made it
-        score = jnp.sum(mu * resultant)
-        return it + 1, _normalised(resultant, mu), score - previous, score
-
-    # (gain, score) = (inf, 0): the first pass always runs
-    init = (jnp.zeros((), max_passes.dtype), mu, jnp.asarray(jnp.inf), jnp.asarray(0.0))
-    return jax.lax.while_loop(keep_going, one_pass, init)[1]
-
-
 @functools.partial(
     jax.jit,
     static_argnames=("n_components", "init", "shared_kappa", "refine"),
@@ -367,13 +317,13 @@ def _init_batch(keys, data, kappa_max, hard_iter, n_components, init, shared_kap
         keys, kappa_max, hard_iter = args
 
         def one(key):
-            mu = _parallel.INIT_METHODS[init](key, data, n_components)
+            mu = _mixture.INIT_METHODS[init](key, data, n_components)
             if refine:
                 mu = spherical_kmeans(data, mu, hard_iter)
             resultant, resp_sum = _parallel.crisp_statistics(data, mu)
             if refine:
                 # the M-step of the final partition (as init_state_from_labels)
-                mu = _normalised(resultant, mu)
+                mu = _parallel.normalised(resultant, mu)
             rho = _rho(mu, resultant, resp_sum, shared_kappa)
             kappa, collapsed = _mixture.solve_kappa(data.shape[1], rho, kappa_max)
             return _log_weights(resp_sum), mu, kappa, _status(resp_sum, rho, collapsed)
