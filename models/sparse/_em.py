@@ -470,29 +470,29 @@ def split_merge(data, mu, max_passes):
         return gains[c] > loss[j, k], moved
 
     def keep_going(carry):
-        moves, _, _, go = carry
-        return go & (moves < n_components)
+        moves, _, _, worth, _ = carry
+        return worth & (moves < n_components)
 
     def step(carry):
-        moves, mu, score, _ = carry
+        # a move was proposed: refine it, keep it if it raised the objective, propose the next
+        moves, mu, score, _, moved = carry
+        moved = spherical_kmeans(data, moved, max_passes)
+        new_score = kmeans_objective(data, moved)
+        better = new_score - score > HARD_RTOL * jnp.abs(score)
+        mu = jnp.where(better, moved, mu)
         worth, moved = propose(mu)
-
-        def refine(moved):
-            moved = spherical_kmeans(data, moved, max_passes)
-            return moved, kmeans_objective(data, moved)
-
-        # no passes when the best split does not outweigh the merge (the usual last step)
-        moved, new_score = jax.lax.cond(worth, refine, lambda m: (m, score), moved)
-        better = worth & (new_score - score > HARD_RTOL * jnp.abs(score))
         return (
             moves + better.astype(moves.dtype),
-            jnp.where(better, moved, mu),
+            mu,
             jnp.where(better, new_score, score),
-            better,
+            worth & better,
+            moved,
         )
 
-    init = (jnp.zeros((), jnp.int32), mu, kmeans_objective(data, mu), jnp.asarray(True))
-    moves, mu, _, _ = jax.lax.while_loop(keep_going, step, init)
+    # (no lax.cond: under vmap it would batch the data, which sparse products refuse)
+    worth, moved = propose(mu)
+    init = (jnp.zeros((), jnp.int32), mu, kmeans_objective(data, mu), worth, moved)
+    moves, mu, _, _, _ = jax.lax.while_loop(keep_going, step, init)
     return mu, moves
 
 
