@@ -467,7 +467,8 @@ def split_merge(data, mu, max_passes):
             .at[k]
             .set(_normalised(halves[c, 1], mu[k]))
         )
-        return gains[c] > loss[j, k], moved
+        # the objective of mu's own assignment comes with its statistics
+        return jnp.sum(mu * resultant), gains[c] > loss[j, k], moved
 
     def keep_going(carry):
         moves, _, _, worth, _ = carry
@@ -477,29 +478,21 @@ def split_merge(data, mu, max_passes):
         # a move was proposed: refine it, keep it if it raised the objective, propose the next
         moves, mu, score, _, moved = carry
         moved = spherical_kmeans(data, moved, max_passes)
-        new_score = kmeans_objective(data, moved)
+        new_score, worth, next_move = propose(moved)
         better = new_score - score > HARD_RTOL * jnp.abs(score)
-        mu = jnp.where(better, moved, mu)
-        worth, moved = propose(mu)
         return (
             moves + better.astype(moves.dtype),
-            mu,
+            jnp.where(better, moved, mu),
             jnp.where(better, new_score, score),
             worth & better,
-            moved,
+            next_move,
         )
 
     # (no lax.cond: under vmap it would batch the data, which sparse products refuse)
-    worth, moved = propose(mu)
-    init = (jnp.zeros((), jnp.int32), mu, kmeans_objective(data, mu), worth, moved)
+    score, worth, moved = propose(mu)
+    init = (jnp.zeros((), jnp.int32), mu, score, worth, moved)
     moves, mu, _, _, _ = jax.lax.while_loop(keep_going, step, init)
     return mu, moves
-
-
-def kmeans_objective(data, mu):
-    """Spherical k-means objective sum_i max_k x_i . mu_k of mean directions ``mu``."""
-    resultant, _ = _parallel.crisp_statistics(data, mu)
-    return jnp.sum(mu * resultant)
 
 
 @functools.partial(
