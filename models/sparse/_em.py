@@ -378,7 +378,8 @@ def split_gains(data, mu):
 
     Rows are assigned to their closest direction; the rows of cluster k are split by the sign
     of their projection, centred on the cluster mean, on the leading eigenvector of the
-    cluster's scatter (principal direction divisive partitioning, Boley 1998; a few power
+    cluster's scatter (principal direction divisive partitioning: D. Boley, Data Mining and
+    Knowledge Discovery 2 (1998) 325-344; a few power
     iterations from a fixed direction, all clusters at once). The gain is
     |r_k1| + |r_k2| - |r_k| for the resultants of the two halves: the rise of the spherical
     k-means objective sum_i max_k x_i . mu_k if both halves had their own direction.
