@@ -207,3 +207,62 @@ def test_defaults_over_two_devices_equal_one_device():
     assert one["n_iter"] == two["n_iter"]
     np.testing.assert_allclose(two["mu"], one["mu"], atol=1e-5)
     np.testing.assert_allclose(two["kappa"], one["kappa"], rtol=1e-4)
+
+
+def four_axes(rng, n_per=40, d=6, spread=0.1):
+    """Four tight clusters around the first four axes of R^d, unit rows, with labels."""
+    X = np.vstack([np.eye(d)[k] + spread * rng.normal(size=(n_per, d)) for k in range(4)])
+    return X / np.linalg.norm(X, axis=1, keepdims=True), np.repeat(np.arange(4), n_per)
+
+
+def stuck_directions(X, y):
+    """Two directions in cluster 0 (its halves), one for 1, one for clusters 2 and 3 together:
+    the local optimum of a seeding with two seeds in cluster 0 and none in cluster 3."""
+    a = X[y == 0]
+    side = a[:, 1] > np.median(a[:, 1])
+    rows = [a[side].sum(0), a[~side].sum(0), X[y == 1].sum(0), X[(y == 2) | (y == 3)].sum(0)]
+    return np.array([r / np.linalg.norm(r) for r in rows])
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_split_merge_leaves_a_seeding_local_optimum(sparse):
+    import scipy.sparse as sp
+
+    X, y = four_axes(np.random.default_rng(3))
+    with jax.enable_x64(True):
+        data = _data.to_device(sp.csr_matrix(X) if sparse else X)
+        # Lloyd's passes alone keep the local optimum (it is a fixed point)
+        lloyd = np.asarray(S.spherical_kmeans(data, stuck_directions(X, y), np.int64(50)))
+        stuck = np.argmax(X @ lloyd.T, axis=1)
+        assert adjusted_rand_score(y, stuck) < 0.8
+        gains, halves, resultant, counts = (
+            np.asarray(a) for a in S.split_gains(data, jax.numpy.asarray(lloyd))
+        )
+        mu, moves = S.split_merge(data, jax.numpy.asarray(lloyd), np.int64(50))
+        mu = np.asarray(mu)
+    # the direction covering clusters 2 and 3 gains most from a split, into exactly them
+    merged = int(np.bincount(stuck[y >= 2]).argmax())
+    assert int(np.argmax(gains)) == merged
+    np.testing.assert_allclose(halves.sum(axis=1), resultant, atol=1e-12)
+    np.testing.assert_allclose(
+        gains, np.linalg.norm(halves, axis=-1).sum(axis=1) - np.linalg.norm(resultant, axis=-1)
+    )
+    np.testing.assert_allclose(counts.sum(), len(X))
+    # one merge of cluster 0's halves and that split reach the true partition
+    assert int(moves) == 1
+    assert adjusted_rand_score(y, np.argmax(X @ mu.T, axis=1)) == 1.0
+    before = np.sum(np.max(X @ lloyd.T, axis=1))
+    assert np.sum(np.max(X @ mu.T, axis=1)) > before + 1.0
+
+
+def test_split_merge_keeps_a_good_optimum():
+    X, y = four_axes(np.random.default_rng(4))
+    good = np.array([X[y == k].sum(0) for k in range(4)])
+    good /= np.linalg.norm(good, axis=1, keepdims=True)
+    with jax.enable_x64(True):
+        data = _data.to_device(X)
+        good = np.asarray(S.spherical_kmeans(data, good, np.int64(50)))
+        mu, moves = S.split_merge(data, jax.numpy.asarray(good), np.int64(50))
+    # merging two true clusters loses more than any split of one gains: no move
+    assert int(moves) == 0
+    np.testing.assert_array_equal(np.asarray(mu), good)

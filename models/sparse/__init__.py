@@ -53,6 +53,8 @@ from bayesvmf.models.sparse._em import (
     run_em,
     settled,
     spherical_kmeans,
+    split_gains,
+    split_merge,
 )
 from bayesvmf.models.sparse._estimator import SparseVMFMixture
 from bayesvmf.models.sparse._online import OnlineStats, online_em_step
@@ -76,6 +78,8 @@ __all__ = [
     "run_em",
     "settled",
     "spherical_kmeans",
+    "split_gains",
+    "split_merge",
     "OnlineStats",
     "online_em_step",
     "SparseVMFMixture",

@@ -304,6 +304,148 @@ def _em_step_body(args, data, *, shared_kappa: bool):
     return new_state, jnp.any(active)
 
 
+def _row_sums(data, weights):
+    """Weighted row sums sum_i w_ik x_i and sum_i w_ik, over the real rows of every device."""
+    if not isinstance(data, _parallel.RowBlocks):
+        return _mixture.resultants(data, weights)
+    weights = weights * data.row_weight[:, None]
+    return _parallel.sum_over_blocks(data, *_mixture.resultants(data.data, weights))
+
+
+def _cosines(data, mu):
+    """X @ mu.T of the rows of this device (padding rows included on row blocks)."""
+    inner = data.data if isinstance(data, _parallel.RowBlocks) else data
+    return _data.data_dot(inner, mu.T)
+
+
+#: Power iterations of :func:`split_gains` (the leading direction of a merged component's
+#: scatter dominates the within-cluster noise by a large factor, so a few suffice).
+SPLIT_POWER_ITER = 3
+
+
+def split_gains(data, mu):
+    """Objective gain of splitting each hard cluster in two along its principal direction.
+
+    Rows are assigned to their closest direction; the rows of cluster k are split by the sign
+    of their projection, centred on the cluster mean, on the leading eigenvector of the
+    cluster's scatter (principal direction divisive partitioning: D. Boley, Data Mining and
+    Knowledge Discovery 2 (1998) 325-344; a few power
+    iterations from a fixed direction, all clusters at once). The gain is
+    |r_k1| + |r_k2| - |r_k| for the resultants of the two halves: the rise of the spherical
+    k-means objective sum_i max_k x_i . mu_k if both halves had their own direction.
+
+    Returns
+    -------
+    gains : jax.Array of shape (K,)
+    halves : jax.Array of shape (K, 2, d)
+        The two halves' resultants.
+    resultant, counts : jax.Array of shapes (K, d), (K,)
+        Statistics of the hard clusters.
+    """
+    n_components, d = mu.shape
+    onehot = jax.nn.one_hot(jnp.argmax(_cosines(data, mu), axis=1), n_components)
+    resultant, counts = _row_sums(data, onehot)
+    mean = resultant / jnp.maximum(counts, 1.0)[:, None]
+    # a fixed start (not parallel to any mean in practice), the same for every cluster
+    start = jax.random.normal(jax.random.PRNGKey(0), (d,), resultant.dtype)
+    v = jnp.broadcast_to(start / jnp.linalg.norm(start), (n_components, d))
+
+    def projections(v):
+        # (x_i - m_k) . v_k for each row's own cluster k (zero in the other columns)
+        return onehot * (_cosines(data, v) - jnp.sum(mean * v, axis=1))
+
+    def power(_, v):
+        # S_k v_k = sum_{i in k} ((x_i - m_k) . v_k) (x_i - m_k)
+        p = projections(v)
+        sums, p_sums = _row_sums(data, p)
+        w = sums - p_sums[:, None] * mean
+        return _parallel.normalised(w, v)
+
+    v = jax.lax.fori_loop(0, SPLIT_POWER_ITER, power, v)
+    first, _ = _row_sums(data, onehot * (projections(v) > 0))
+    halves = jnp.stack([first, resultant - first], axis=1)
+    norm = jnp.linalg.norm
+    gains = norm(halves[:, 0], axis=-1) + norm(halves[:, 1], axis=-1) - norm(resultant, axis=-1)
+    return gains, halves, resultant, counts
+
+
+def split_merge(data, mu, max_passes):
+    """Leave local optima of spherical k-means by merging two clusters and splitting one.
+
+    A seeding that puts two seeds in one cluster and none in another ends, after Lloyd's
+    passes, at a local optimum: one direction for two clusters, two for one. From the
+    hard clusters of ``mu``, the merge that loses least of the objective sum_i max_k x_i.mu_k,
+    L_jk = |r_j| + |r_k| - |r_j + r_k|, and the split that gains most (:func:`split_gains`,
+    cluster c not j or k) are proposed when the split gains more than the merge loses; the
+    moved directions are refined by :func:`spherical_kmeans` and kept only if they raise
+    the objective by more than :data:`bayesvmf._parallel.HARD_RTOL` relative (the
+    split-and-merge moves of Ueda et al., Neural Computation 12 (2000) 2109-2128, on the
+    hard objective). At a good optimum the merge of two true clusters loses far more than
+    any split gains, and no move is made; at most K moves are made.
+
+    Parameters
+    ----------
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    mu : jax.Array of shape (K, d)
+        Directions after hard passes.
+    max_passes : int64 scalar (traced)
+        Passes of :func:`spherical_kmeans` after each move.
+
+    Returns
+    -------
+    mu : jax.Array of shape (K, d)
+    n_moves : jax.Array of int
+    """
+    n_components = mu.shape[0]
+
+    def propose(mu):
+        gains, halves, resultant, _ = split_gains(data, mu)
+        norms = jnp.linalg.norm(resultant, axis=-1)
+        gram = resultant @ resultant.T
+        merged = jnp.sqrt(jnp.maximum(norms[:, None] ** 2 + norms[None, :] ** 2 + 2 * gram, 0.0))
+        loss = norms[:, None] + norms[None, :] - merged
+        loss = jnp.where(jnp.eye(n_components, dtype=bool), jnp.inf, loss)
+        j, k = jnp.unravel_index(jnp.argmin(loss), loss.shape)
+        gains = jnp.where(
+            (jnp.arange(n_components) == j) | (jnp.arange(n_components) == k), -jnp.inf, gains
+        )
+        c = jnp.argmax(gains)
+        moved = (
+            mu.at[j]
+            .set(_parallel.normalised(resultant[j] + resultant[k], mu[j]))
+            .at[c]
+            .set(_parallel.normalised(halves[c, 0], mu[c]))
+            .at[k]
+            .set(_parallel.normalised(halves[c, 1], mu[k]))
+        )
+        # the objective of mu's own assignment comes with its statistics
+        return jnp.sum(mu * resultant), gains[c] > loss[j, k], moved
+
+    def keep_going(carry):
+        moves, _, _, worth, _ = carry
+        return worth & (moves < n_components)
+
+    def step(carry):
+        # a move was proposed: refine it, keep it if it raised the objective, propose the next
+        moves, mu, score, _, moved = carry
+        moved = spherical_kmeans(data, moved, max_passes)
+        new_score, worth, next_move = propose(moved)
+        better = new_score - score > _parallel.HARD_RTOL * jnp.abs(score)
+        return (
+            moves + better.astype(moves.dtype),
+            jnp.where(better, moved, mu),
+            jnp.where(better, new_score, score),
+            worth & better,
+            next_move,
+        )
+
+    # (no lax.cond: under vmap it would batch the data, which sparse products refuse)
+    score, worth, moved = propose(mu)
+    init = (jnp.zeros((), jnp.int32), mu, score, worth, moved)
+    moves, mu, _, _, _ = jax.lax.while_loop(keep_going, step, init)
+    return mu, moves
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("n_components", "init", "shared_kappa", "refine"),
@@ -320,6 +462,7 @@ def _init_batch(keys, data, kappa_max, hard_iter, n_components, init, shared_kap
             mu = _mixture.INIT_METHODS[init](key, data, n_components)
             if refine:
                 mu = spherical_kmeans(data, mu, hard_iter)
+                mu, _ = split_merge(data, mu, hard_iter)
             resultant, resp_sum = _parallel.crisp_statistics(data, mu)
             if refine:
                 # the M-step of the final partition (as init_state_from_labels)
@@ -341,9 +484,10 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     alpha_k are the cluster proportions and kappa solves eq. (21) with the crisp
     responsibilities and the seeds as mu_k (shared: eq. (27)). With ``hard_iter > 0`` the
     seeds are first refined by at most that many hard spherical k-means passes
-    (:func:`spherical_kmeans`) and mu_k are the normalised resultants of the final
-    partition. Each run has its own key; all runs are initialised by one vmapped, jitted
-    program.
+    (:func:`spherical_kmeans`), then by the split-and-merge moves of :func:`split_merge`
+    (which leave the local optima of an unlucky seeding), and mu_k are the normalised
+    resultants of the final partition. Each run has its own key; all runs are initialised
+    by one vmapped, jitted program.
 
     Returns
     -------

@@ -90,9 +90,13 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
     kmeans_iter : int, default 20
         Hard spherical k-means passes (Lloyd's iterations on the cosine) that refine each
         restart's seeds before EM (:func:`bayesvmf.models.sparse.spherical_kmeans`; they
-        stop early once the partition has settled); EM then starts from the M-step of the
-        final partition. 0 starts EM at the seeds (Algorithm 4 of [1]_, the behaviour of
-        earlier versions). Ignored when ``init`` is an array of labels.
+        stop early once the partition has settled), then split-and-merge moves
+        (:func:`bayesvmf.models.sparse.split_merge`: two directions that share a cluster are
+        merged and the direction that covers two clusters is split, each move kept only if
+        it raises the spherical k-means objective), which leave the local optima an unlucky
+        seeding falls into (benchmarks/results/vs_sklearn.md); EM then starts from the
+        M-step of the final partition. 0 starts EM at the seeds (Algorithm 4 of [1]_, the
+        behaviour of earlier versions). Ignored when ``init`` is an array of labels.
     kappa_max : float, default 1e6
         Concentration cap (appendix B of [1]_); reaching it marks the run as collapsed.
     normalize : bool, default True
