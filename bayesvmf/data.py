@@ -102,9 +102,12 @@ def _row_norms_dense(X: np.ndarray) -> np.ndarray:
     A row of 1e-170s would otherwise square to 0 and be reported as all-zero, and a row of
     1e200s would square to inf.
     """
-    scale = np.abs(X).max(axis=1)
+    # the largest |entry| without an |X| temporary, and X / scale formed once: the same
+    # values as abs-max and two divisions, in about half the time (a data-sized array fewer)
+    scale = np.maximum(X.max(axis=1), -X.min(axis=1))
     safe = np.where(scale > 0, scale, 1.0)
-    return scale * np.sqrt(np.einsum("ij,ij->i", X / safe[:, None], X / safe[:, None]))
+    scaled = X / safe[:, None]
+    return scale * np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
 
 
 def _row_norms_csr(values: np.ndarray, rows: np.ndarray, n_rows: int) -> np.ndarray:
