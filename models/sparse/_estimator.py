@@ -22,7 +22,7 @@ import numpy as np
 import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
-from bayesvmf import _data, _guards, _mixture, _parallel, criteria
+from bayesvmf import _arviz, _data, _guards, _mixture, _parallel, criteria
 from bayesvmf._base import check_count
 from bayesvmf._mixture import Status
 from bayesvmf.models.sparse import _em
@@ -203,7 +203,6 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         "dtype": [StrOptions({"float64", "mixed"})],
         "rtol": [Interval(numbers.Real, 0.0, None, closed="left")],
         "kmeans_iter": [Interval(numbers.Integral, 0, None, closed="left")],
-        # the former check/describe protocol, until bayesvmf._parallel migrates it
         "devices": _parallel.DevicesOption(),
         "learning_decay": [Interval(numbers.Real, 0.5, 1.0, closed="right")],
         "learning_offset": [Interval(numbers.Real, 0.0, None, closed="left")],
@@ -216,10 +215,6 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         "run_statuses_",
         "run_lower_bounds_",
         "run_n_iter_",
-        "n_occupied_components_",
-        "largest_share_",
-        "degenerate_components_",
-        "n_degenerate_restarts_",
     )
 
     def __init__(
@@ -234,7 +229,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         rtol: float = 1e-5,
         init: str = "greedy-spherical-kmeans++",
         kmeans_iter: int = 20,
-        kappa_max: float = 1e6,
+        kappa_max: float = _mixture.KAPPA_MAX,
         normalize: bool = True,
         dtype: str = "mixed",
         random_state=None,
@@ -548,22 +543,18 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         -------
         arviz.InferenceData
         """
-        import arviz as az
-
         self._check_is_fitted()
-        k, d = self.mean_directions_.shape
-        return az.from_dict(
-            posterior={
+        return _arviz.inference_data(
+            {
                 "mu": self.mean_directions_[None, None],
                 "kappa": self.concentrations_[None, None],
                 "weights": self.weights_[None, None],
             },
+            {"mu": ["component", "feature"], "kappa": ["component"], "weights": ["component"]},
             sample_stats={
                 "lp": np.array([[self.lower_bound_]]),
                 "n_occupied": np.array([[int(np.sum(self.weights_ > 0))]]),
             },
-            coords={"component": np.arange(k), "feature": np.arange(d)},
-            dims={"mu": ["component", "feature"], "kappa": ["component"], "weights": ["component"]},
             attrs={"beta": float(self.beta), "shared_kappa": bool(self.shared_kappa)},
         )
 

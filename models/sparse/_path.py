@@ -16,7 +16,7 @@ import dataclasses
 
 import numpy as np
 
-from bayesvmf import criteria
+from bayesvmf import _arviz, criteria
 from bayesvmf._mixture import Status
 from bayesvmf.models.sparse._estimator import SparseVMFMixture
 
@@ -130,29 +130,25 @@ class SparsePath:
         -------
         arviz.InferenceData
         """
-        import arviz as az
-
-        p, k, d = self.mean_directions.shape
         stats = {
             "beta": self.betas,
             "sparsity": self.sparsity,
             "total_log_likelihood": self.log_likelihood,
             "lp": self.penalized_log_likelihood,
         }
-        return az.from_dict(
-            posterior={
+        return _arviz.inference_data(
+            {
                 "mu": self.mean_directions[None, None],
                 "kappa": self.concentrations[None, None],
                 "weights": self.weights[None, None],
             },
-            sample_stats={name: value[None, None] for name, value in stats.items()},
-            coords={"penalty": np.arange(p), "component": np.arange(k), "feature": np.arange(d)},
-            dims={
+            {
                 "mu": ["penalty", "component", "feature"],
                 "kappa": ["penalty", "component"],
                 "weights": ["penalty", "component"],
                 **{name: ["penalty"] for name in stats},
             },
+            sample_stats={name: value[None, None] for name, value in stats.items()},
         )
 
     def best_index(self, name: str = "bic") -> int:
