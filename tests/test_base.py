@@ -120,26 +120,6 @@ def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 
 
-_AFTER_CHECKS = {"cleared": False}
-
-
-@pytest.fixture(autouse=True)
-def _release_the_checks_programs(request):
-    """Drop JAX's compiled programs once the estimator checks above are done.
-
-    In three complete two-worker runs an xdist worker died inside XLA's compiler (SIGABRT in
-    backend_compile_and_load) at the first new program compiled after these ~330 checks
-    (k-MLE's grid search twice, then the verbose test once it ran in a subprocess); each
-    passes in a fresh process. conftest clears the caches between modules; this does it
-    between the checks and the rest of this module. The root cause is not known (jaxlib
-    0.10.2, CPU).
-    """
-    if not _AFTER_CHECKS["cleared"] and request.function is not test_sklearn_estimator_checks:
-        jax.clear_caches()
-        _AFTER_CHECKS["cleared"] = True
-    yield
-
-
 def test_expected_failures_are_few_and_explained():
     for name, failures in EXPECTED_FAILED_CHECKS.items():
         assert len(failures) <= 6, name
