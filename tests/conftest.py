@@ -88,10 +88,11 @@ def _stay_below_the_map_count_limit():
 
     XLA's CPU compiler maps every compiled program's code into memory regions of its own:
     during scikit-learn's estimator checks (a program per data shape) a process gained
-    ~190 mappings a second, and the whole of tests/test_base.py in one process passed the
-    kernel's default limit of 65,530. The next mapping then fails inside the compiler:
-    workers died there with SIGSEGV or SIGABRT in four fresh-clone runs (reproduced with
-    ``pytest -n 0 tests/test_base.py``; it passes once the caches are cleared in between).
+    ~190 mappings a second (sampled from /proc), at which rate the whole of
+    tests/test_base.py in one process reaches the kernel's default limit of 65,530. Workers
+    died inside the compiler (SIGSEGV or SIGABRT) in four fresh-clone runs, and
+    ``pytest -n 0 tests/test_base.py`` segfaulted at the same check every time; with the
+    caches cleared in between (which dropped the count from ~11,000 to ~3,600) it passes.
     """
     if _MAX_MAP_COUNT is not None and _memory_maps() > _MAX_MAP_COUNT // 2:
         jax.clear_caches()
