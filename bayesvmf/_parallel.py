@@ -68,7 +68,9 @@ __all__ = [
     "map_blocks",
     "map_rows",
     "block_data",
+    "initial_directions",
     "sum_over_blocks",
+    "weighted_resultants",
     "sum_over_axis",
     "n_rows",
     "e_statistics",
@@ -508,8 +510,19 @@ def crisp_statistics(data, mu: jax.Array):
     if not isinstance(data, RowBlocks):
         return _mixture.crisp_statistics(data, mu)
     labels = jnp.argmax(_data.data_dot(data.data, mu.T), axis=1)
-    resp = jax.nn.one_hot(labels, mu.shape[0], dtype=jnp.float64) * data.row_weight[:, None]
-    return sum_over_blocks(data, *_mixture.resultants(data.data, resp))
+    return weighted_resultants(data, jax.nn.one_hot(labels, mu.shape[0], dtype=jnp.float64))
+
+
+def weighted_resultants(data, weights: jax.Array):
+    """Return sum_i w_ik x_i and sum_i w_ik over the real rows of plain or blocked data.
+
+    :func:`bayesvmf._mixture.resultants` with padding rows weighted by 0 and the sums added
+    over devices; ``weights`` (n_rows, K) are those of the rows a device sees.
+    """
+    if not isinstance(data, RowBlocks):
+        return _mixture.resultants(data, weights)
+    weights = weights * data.row_weight[:, None]
+    return sum_over_blocks(data, *_mixture.resultants(data.data, weights))
 
 
 def _gather_rows(data, values: jax.Array) -> jax.Array:
@@ -529,6 +542,17 @@ def normalised(resultant, fallback):
     norm = jnp.linalg.norm(resultant, axis=-1, keepdims=True)
     tiny = jnp.finfo(resultant.dtype).tiny
     return jnp.where(norm > 0, resultant / jnp.maximum(norm, tiny), fallback)
+
+
+def initial_directions(key, data, n_components: int, init: str, kmeans_iter):
+    """One restart's initial directions: seeds by ``init``, then hard spherical k-means.
+
+    The seeds of :data:`bayesvmf._mixture.INIT_METHODS` are refined by at most
+    ``kmeans_iter`` passes of :func:`spherical_kmeans` (traced; ``None`` for none, the
+    program of earlier versions), on plain or blocked data: the start of B- and T-vMFmix.
+    """
+    mu = _mixture.INIT_METHODS[init](key, data, n_components)
+    return mu if kmeans_iter is None else spherical_kmeans(data, mu, kmeans_iter)
 
 
 def spherical_kmeans(data, mu, max_passes):

@@ -499,27 +499,18 @@ def _svi_step_body(args, data, *, cfg):
     return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept, effective
 
 
-def _seeds(key, data, n_components: int, init: str, kmeans_iter):
-    """One restart's initial directions: seeds by ``init``, then hard spherical k-means.
-
-    With ``kmeans_iter`` passes (traced; ``None`` for none, the program of earlier versions)
-    the seeds are refined by :func:`bayesvmf._parallel.spherical_kmeans`, as the classical
-    mixture's initialisation (:func:`bayesvmf.models.sparse.init_state`); plain or blocked
-    data.
-    """
-    mu = _mixture.INIT_METHODS[init](key, data, n_components)
-    return mu if kmeans_iter is None else _parallel.spherical_kmeans(data, mu, kmeans_iter)
-
-
 @functools.partial(
     jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
 )
 def _init_labels(keys, data, n_components: int, init: str, kmeans_iter=None):
-    """Crisp labels of every restart: closest initial direction (:func:`_seeds`) by cosine."""
+    """Crisp labels of every restart: closest initial direction by cosine.
+
+    The directions are those of :func:`bayesvmf._parallel.initial_directions`.
+    """
     _mixture.count_trace("bayesian.init_labels")
 
     def one(key):
-        mu = _seeds(key, data, n_components, init, kmeans_iter)
+        mu = _parallel.initial_directions(key, data, n_components, init, kmeans_iter)
         return jnp.argmax(_data.data_dot(data, mu.T), axis=1)
 
     return jax.vmap(one)(keys)
@@ -541,7 +532,7 @@ def _seed_statistics(keys, data, n_components: int, init: str, kmeans_iter=None)
         keys, kmeans_iter = args
 
         def one(key):
-            mu = _seeds(key, data, n_components, init, kmeans_iter)
+            mu = _parallel.initial_directions(key, data, n_components, init, kmeans_iter)
             return _parallel.crisp_statistics(data, mu)
 
         return jax.vmap(one)(keys)

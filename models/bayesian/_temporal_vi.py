@@ -502,9 +502,7 @@ def _initial_statistics(
 
     def body(args, data, times):
         rng_key, kmeans_iter = args
-        mu = _mixture.INIT_METHODS[init](rng_key, data, n_components)
-        if kmeans_iter is not None:
-            mu = _parallel.spherical_kmeans(data, mu, kmeans_iter)
+        mu = _parallel.initial_directions(rng_key, data, n_components, init, kmeans_iter)
         labels = jnp.argmax(_data.data_dot(_parallel.block_data(data), mu.T), axis=1)
         lam = jax.nn.one_hot(labels, n_components, dtype=jnp.float64)
         return _statistics(data, times, lam, n_times)

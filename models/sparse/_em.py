@@ -304,18 +304,9 @@ def _em_step_body(args, data, *, shared_kappa: bool):
     return new_state, jnp.any(active)
 
 
-def _row_sums(data, weights):
-    """Weighted row sums sum_i w_ik x_i and sum_i w_ik, over the real rows of every device."""
-    if not isinstance(data, _parallel.RowBlocks):
-        return _mixture.resultants(data, weights)
-    weights = weights * data.row_weight[:, None]
-    return _parallel.sum_over_blocks(data, *_mixture.resultants(data.data, weights))
-
-
 def _cosines(data, mu):
     """X @ mu.T of the rows of this device (padding rows included on row blocks)."""
-    inner = data.data if isinstance(data, _parallel.RowBlocks) else data
-    return _data.data_dot(inner, mu.T)
+    return _data.data_dot(_parallel.block_data(data), mu.T)
 
 
 #: Power iterations of :func:`split_gains` (the leading direction of a merged component's
@@ -344,7 +335,7 @@ def split_gains(data, mu):
     """
     n_components, d = mu.shape
     onehot = jax.nn.one_hot(jnp.argmax(_cosines(data, mu), axis=1), n_components)
-    resultant, counts = _row_sums(data, onehot)
+    resultant, counts = _parallel.weighted_resultants(data, onehot)
     mean = resultant / jnp.maximum(counts, 1.0)[:, None]
     # a fixed start (not parallel to any mean in practice), the same for every cluster
     start = jax.random.normal(jax.random.PRNGKey(0), (d,), resultant.dtype)
@@ -357,12 +348,12 @@ def split_gains(data, mu):
     def power(_, v):
         # S_k v_k = sum_{i in k} ((x_i - m_k) . v_k) (x_i - m_k)
         p = projections(v)
-        sums, p_sums = _row_sums(data, p)
+        sums, p_sums = _parallel.weighted_resultants(data, p)
         w = sums - p_sums[:, None] * mean
         return _parallel.normalised(w, v)
 
     v = jax.lax.fori_loop(0, SPLIT_POWER_ITER, power, v)
-    first, _ = _row_sums(data, onehot * (projections(v) > 0))
+    first, _ = _parallel.weighted_resultants(data, onehot * (projections(v) > 0))
     halves = jnp.stack([first, resultant - first], axis=1)
     norm = jnp.linalg.norm
     gains = norm(halves[:, 0], axis=-1) + norm(halves[:, 1], axis=-1) - norm(resultant, axis=-1)
