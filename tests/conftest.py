@@ -51,6 +51,17 @@ def shared_data_or_skip(*names: str) -> Path:
     return SHARED_DATA
 
 
+def numpy_lloyd(X, mu, passes):
+    """Hard spherical k-means (Banerjee et al. 2005) in NumPy, a fixed number of passes: the
+    reference for the package's jitted passes (tests of SparseVMFMixture and B-vMFmix)."""
+    for _ in range(passes):
+        labels = np.argmax(X @ mu.T, axis=1)
+        resultant = np.eye(len(mu))[labels].T @ X
+        norm = np.linalg.norm(resultant, axis=1, keepdims=True)
+        mu = np.where(norm > 0, resultant / np.where(norm > 0, norm, 1.0), mu)
+    return mu
+
+
 @pytest.fixture
 def rng():
     """A NumPy generator with a fixed seed, new for every test."""

@@ -12,6 +12,7 @@ import warnings
 import jax
 import numpy as np
 import pytest
+from conftest import numpy_lloyd
 from sklearn.utils._param_validation import InvalidParameterError
 
 import bayesvmf
@@ -27,16 +28,6 @@ def sample():
     return bayesvmf.make_vmf_mixture(
         90, 8, 3, kappa=np.array([8.0, 30.0, 60.0]), kappa_noise=0.0, random_state=1
     )
-
-
-def numpy_lloyd(X, mu, passes):
-    """Hard spherical k-means (Banerjee et al. 2005) in NumPy, a fixed number of passes."""
-    for _ in range(passes):
-        labels = np.argmax(X @ mu.T, axis=1)
-        resultant = np.eye(len(mu))[labels].T @ X
-        norm = np.linalg.norm(resultant, axis=1, keepdims=True)
-        mu = np.where(norm > 0, resultant / np.where(norm > 0, norm, 1.0), mu)
-    return mu
 
 
 def expected_labels(X, init, passes, random_state=0):

@@ -16,6 +16,7 @@ import warnings
 import jax
 import numpy as np
 import pytest
+from conftest import numpy_lloyd
 from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf import _data
@@ -33,16 +34,6 @@ def blobs(rng, n_per=60, d=5, k=3, spread=0.15):
 @pytest.fixture(scope="module")
 def small():
     return blobs(np.random.default_rng(7))
-
-
-def numpy_lloyd(X, mu, passes):
-    """Spherical k-means (Banerjee et al. 2005, hard assignments) in NumPy, fixed passes."""
-    for _ in range(passes):
-        labels = np.argmax(X @ mu.T, axis=1)
-        resultant = np.eye(len(mu))[labels].T @ X
-        norm = np.linalg.norm(resultant, axis=1, keepdims=True)
-        mu = np.where(norm > 0, resultant / np.where(norm > 0, norm, 1.0), mu)
-    return mu
 
 
 def test_spherical_kmeans_equals_numpy_lloyd(small):
