@@ -6,11 +6,21 @@ one run). JAX runs jitted in float64 (inside ``jax.enable_x64(True)``), timed af
 call that compiles; each timing is the best of a few repeats, and the compile time is reported
 apart. SciPy runs the same points / the same number of draws. Total runtime is about a minute
 on two CPU cores.
+
+``--baseline REF`` also times the same JAX calls with the ``bayesvmf`` package of the git
+revision REF (extracted by ``git archive`` into a temporary directory) and with this tree's,
+each in child processes run alternately three times, and adds a column: this tree's best
+throughput over REF's. That is how "no speed loss" of a change to the
+distribution is shown (issue 17: ``--baseline 30217bd^``, the code before its sampler fix).
 """
 
+import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +50,7 @@ def unit_rows(rng, n, d):
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def bench_log_prob(rng, d, kappa, n, repeats=3):
+def bench_log_prob(rng, d, kappa, n, repeats=3, with_scipy=True):
     mu = unit_rows(rng, 1, d)[0]
     # points spread from the mode outwards: half random, half near mu
     x = np.concatenate([unit_rows(rng, n // 2, d), unit_rows(rng, n - n // 2, d) * 0.1 + mu])
@@ -52,6 +62,8 @@ def bench_log_prob(rng, d, kappa, n, repeats=3):
     log_prob(x_dev).block_until_ready()
     compile_s = time.perf_counter() - start
     jax_s, ours = best_time(lambda: log_prob(x_dev).block_until_ready(), repeats)
+    if not with_scipy:
+        return {"what": "log_prob", "d": d, "kappa": kappa, "n": n, "jax_per_second": n / jax_s}
     with np.errstate(all="ignore"):
         scipy_s, theirs = best_time(lambda: st.vonmises_fisher(mu, kappa).logpdf(x), repeats)
     ours = np.asarray(ours)
@@ -79,7 +91,7 @@ def bench_log_prob(rng, d, kappa, n, repeats=3):
     return row
 
 
-def bench_sample(d, kappa, n, repeats):
+def bench_sample(d, kappa, n, repeats, with_scipy=True):
     mu = np.zeros(d)
     mu[-1] = 1.0
     vmf = VonMisesFisher(jnp.asarray(mu), kappa)
@@ -89,6 +101,8 @@ def bench_sample(d, kappa, n, repeats):
     compile_s = time.perf_counter() - start
     keys = iter(jax.random.split(jax.random.key(1), repeats))
     jax_s, ours = best_time(lambda: sample(next(keys)).block_until_ready(), repeats)
+    if not with_scipy:
+        return {"what": "sample", "d": d, "kappa": kappa, "n": n, "jax_per_second": n / jax_s}
     ours = np.asarray(ours)
     rngs = iter(range(repeats))
     scipy_s, theirs = best_time(
@@ -123,9 +137,20 @@ def to_markdown(meta, rows):
         f"jax {meta['jax']}, scipy {meta['scipy']}, numpy {meta['numpy']}; float64; JAX "
         "jitted and timed after a compiling warm-up call, best of the repeats.",
         "",
-        "| task | d | kappa | n | bayesvmf (per s) | scipy (per s) | speedup | notes |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
+    ref = meta.get("baseline")
+    if ref:
+        lines += [
+            f"| task | d | kappa | n | bayesvmf (per s) | this tree vs {ref}, children (per s) "
+            f"| vs {ref} "
+            "| scipy (per s) | speedup | notes |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+    else:
+        lines += [
+            "| task | d | kappa | n | bayesvmf (per s) | scipy (per s) | speedup | notes |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
     for r in rows:
         if r["what"] == "log_prob":
             note = (
@@ -139,9 +164,15 @@ def to_markdown(meta, rows):
                 f"A_d {r['A_d']:.5f}"
             )
         note += f"; compile {r['jax_compile_seconds']:.1f} s"
+        versus = ""
+        if ref:
+            versus = (
+                f"{r['this_tree_per_second_child']:,.0f} vs {r['baseline_per_second']:,.0f} | "
+                f"{r['vs_baseline']:.2f}x | "
+            )
         lines.append(
             f"| {r['what']} | {r['d']} | {r['kappa']:g} | {r['n']:,} | "
-            f"{r['jax_per_second']:,.0f} | {r['scipy_per_second']:,.0f} | "
+            f"{r['jax_per_second']:,.0f} | {versus}{r['scipy_per_second']:,.0f} | "
             f"{r['speedup']:.2f}x | {note} |"
         )
     lines += [
@@ -151,10 +182,86 @@ def to_markdown(meta, rows):
         "log-density is not finite and its time is that of a wrong answer.",
         "",
     ]
+    if ref:
+        lines[-1:-1] = [
+            f"vs {ref} = this tree's throughput over that of the `bayesvmf` package at git "
+            f"revision {ref}, both timed (JAX only) in child processes run alternately three "
+            "times, best of each (the children column; the bayesvmf column is this "
+            "process's): above 1 this tree is faster; a few percent either way is noise.",
+            "",
+        ]
     return "\n".join(lines)
 
 
+def run_cases(with_scipy=True):
+    """Every case of the table, in float64; scipy's timings too unless ``with_scipy=False``."""
+    rng = np.random.default_rng(0)
+    with jax.enable_x64(True):
+        return [
+            bench_log_prob(rng, 1000, 500.0, 20_000, with_scipy=with_scipy),
+            bench_log_prob(rng, 50_000, 2e4, 1_000, with_scipy=with_scipy),
+            bench_sample(3, 10.0, 1_000_000, repeats=3, with_scipy=with_scipy),
+            bench_sample(10, 10.0, 1_000_000, repeats=2, with_scipy=with_scipy),
+            bench_sample(100, 10.0, 1_000_000, repeats=1, with_scipy=with_scipy),
+        ]
+
+
+def child_run(package_root):
+    """Time the JAX cases in a child process importing ``bayesvmf`` from ``package_root``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.json"
+        env = dict(os.environ, PYTHONPATH=str(package_root))  # shadows the installed package
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--jax-only-json",
+                str(out),
+                "--expect-package",
+                package_root,
+            ],
+            cwd=tmp,
+            env=env,
+            check=True,
+        )
+        return json.loads(out.read_text())
+
+
+def versus_baseline(ref, rounds=3):
+    """Throughputs of this tree's and git revision ``ref``'s package, in alternating children.
+
+    Both run the same JAX-only cases in child processes of the same kind (``ref``'s package
+    extracted by ``git archive``), alternately ``rounds`` times; the best of each is kept.
+    """
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "archive", ref, "bayesvmf"], cwd=root, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        runs = {"this": [], "ref": []}
+        for _ in range(rounds):
+            runs["ref"].append(child_run(tmp))
+            runs["this"].append(child_run(root))
+    return {
+        name: [max(run[i]["jax_per_second"] for run in done) for i in range(len(done[0]))]
+        for name, done in runs.items()
+    }
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", metavar="REF", help="also time git revision REF's package")
+    parser.add_argument("--jax-only-json", help=argparse.SUPPRESS)  # the child of --baseline
+    parser.add_argument("--expect-package", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.jax_only_json:
+        import bayesvmf
+
+        # the child must time REF's package, not this tree's
+        assert Path(bayesvmf.__file__).resolve().is_relative_to(Path(args.expect_package))
+        Path(args.jax_only_json).write_text(json.dumps(run_cases(with_scipy=False)))
+        return
     RESULTS.mkdir(exist_ok=True)
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -165,14 +272,14 @@ def main():
         "scipy": scipy.__version__,
         "numpy": np.__version__,
     }
-    rng = np.random.default_rng(0)
-    rows = []
-    with jax.enable_x64(True):
-        rows.append(bench_log_prob(rng, 1000, 500.0, 20_000))
-        rows.append(bench_log_prob(rng, 50_000, 2e4, 1_000))
-        rows.append(bench_sample(3, 10.0, 1_000_000, repeats=3))
-        rows.append(bench_sample(10, 10.0, 1_000_000, repeats=2))
-        rows.append(bench_sample(100, 10.0, 1_000_000, repeats=1))
+    rows = run_cases()
+    if args.baseline:
+        meta["baseline"] = args.baseline
+        versus = versus_baseline(args.baseline)
+        for row, this, ref in zip(rows, versus["this"], versus["ref"], strict=True):
+            row["this_tree_per_second_child"] = this
+            row["baseline_per_second"] = ref
+            row["vs_baseline"] = this / ref
     (RESULTS / "distribution.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     table = to_markdown(meta, rows)
     (RESULTS / "distribution.md").write_text(table)
