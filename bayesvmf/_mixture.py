@@ -578,7 +578,7 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
 
     def _training_data(self, Xc):
         """Return the checked training data on the device (subclasses shard it)."""
-        return to_device(Xc, self._product_dtype())
+        return to_device(Xc, self._product_dtype(), transposed=True)
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the component of each training row at the fitted parameters."""

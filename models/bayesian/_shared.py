@@ -181,7 +181,7 @@ def host_rows(values, data) -> np.ndarray:
 def fit_data(Xc, devices: list | None):
     """Return checked data on the device: plain, or one row block per device."""
     if devices is None:
-        return _data.to_device(Xc)
+        return _data.to_device(Xc, transposed=True)
     return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
 
 

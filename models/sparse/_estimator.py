@@ -314,7 +314,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         """Return the training data: on the default device, or sharded with ``devices``."""
         self._online = None  # a batch fit forgets any earlier partial_fit stream
         if self.devices is None:
-            return _data.to_device(Xc, self._product_dtype())
+            return _data.to_device(Xc, self._product_dtype(), transposed=True)
         return self._blocks(Xc)
 
     def _training_labels(self, data) -> np.ndarray:
@@ -610,7 +610,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         records: list[dict[str, Any]] = []
         stop_reason = "max_steps"
         with jax.enable_x64(True):
-            data = _data.to_device(Xc, dense._product_dtype())
+            data = _data.to_device(Xc, dense._product_dtype(), transposed=True)
             del Xc  # the device copy serves the whole path
             n, d = data.shape
             dense._fit(data, self._make_key())
