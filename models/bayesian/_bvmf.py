@@ -483,9 +483,12 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         """Return the training data: plain, or one row block per device (``devices``).
 
         With ``devices`` the rows are sharded over the devices for the whole fit and the
-        final assignment of ``fit_predict`` (see the class docstring).
+        final assignment of ``fit_predict`` (see the class docstring). Collapsed Gibbs
+        sweeps rows and takes one second product per chunk: its dense data keep no
+        transposed copy (:class:`bayesvmf._data.DenseData`), VI's do.
         """
-        return fit_data(Xc, _parallel.resolve_devices(self.devices))
+        devices = _parallel.resolve_devices(self.devices)
+        return fit_data(Xc, devices, transposed=self.inference != "gibbs")
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the largest lambda_ik of each training row (each device its rows)."""

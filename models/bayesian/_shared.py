@@ -178,10 +178,14 @@ def host_rows(values, data) -> np.ndarray:
     return np.asarray(values)[: data.shape[0]]
 
 
-def fit_data(Xc, devices: list | None):
-    """Return checked data on the device: plain, or one row block per device."""
+def fit_data(Xc, devices: list | None, transposed: bool = True):
+    """Return checked data on the device: plain, or one row block per device.
+
+    ``transposed``: dense plain data also keep a copy of X.T for the second product
+    (:func:`bayesvmf._data.to_device`).
+    """
     if devices is None:
-        return _data.to_device(Xc, transposed=True)
+        return _data.to_device(Xc, transposed=transposed)
     return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
 
 
