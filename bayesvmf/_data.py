@@ -396,7 +396,8 @@ def to_device(
             kernel,
         )
     X = jnp.asarray(X, dtype=dtype)
-    return DenseData(X, X.T.copy() if transposed else None)
+    # X.T of a JAX array is already a new, row-major array: the copy itself
+    return DenseData(X, X.T if transposed else None)
 
 
 def _data_dtype(data):

@@ -633,7 +633,7 @@ def _row_sums(*pairs):
 
 
 def _reflect(w, sin_w, v, loc):
-    r"""Return :math:`w \mu + \sqrt{1 - w^2}\, v / \lVert v \rVert` rotated: a Householder step.
+    r"""Return :math:`w \mu + \sqrt{1 - w^2}\, v / \lVert v \rVert` rotated (v unit for d <= 3).
 
     The reflection with :math:`u = e_1 + \sigma \mu`, :math:`\sigma = \operatorname{sign}
     \mu_1` (+1 at :math:`\mu_1 = 0`), maps :math:`-\sigma e_1` onto :math:`\mu`; it is applied

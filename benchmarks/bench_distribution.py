@@ -184,6 +184,7 @@ def to_markdown(meta, rows):
     ]
     if ref:
         lines[-1:-1] = [
+            "",
             f"vs {ref} = this tree's throughput over that of the `bayesvmf` package at git "
             f"revision {ref}, both timed (JAX only) in child processes run alternately three "
             "times, best of each (the children column; the bayesvmf column is this "
@@ -259,7 +260,9 @@ def main():
         import bayesvmf
 
         # the child must time REF's package, not this tree's
-        assert Path(bayesvmf.__file__).resolve().is_relative_to(Path(args.expect_package))
+        package = Path(bayesvmf.__file__).resolve()
+        if not package.is_relative_to(Path(args.expect_package).resolve()):
+            raise SystemExit(f"imported {package}, not the package under {args.expect_package}")
         Path(args.jax_only_json).write_text(json.dumps(run_cases(with_scipy=False)))
         return
     RESULTS.mkdir(exist_ok=True)

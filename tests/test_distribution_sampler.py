@@ -55,6 +55,8 @@ GRID = [
     pytest.param(1000, 500.0, 200, None, id="d1000-k500-n200"),  # 200,000
     pytest.param(6, (0.5, 5.0, 50.0, 500.0, 5000.0), 2_000, 5, id="d6-batch5-n2000"),  # 60,000
     pytest.param(4, (1.0, 30.0), 2_000, 2, id="d4-batch2-n2000"),  # 16,000
+    pytest.param(4, 2.0, 10_000, None, id="d4-k2-n10000"),  # 40,000
+    pytest.param(16, 20.0, 4_000, None, id="d16-k20-n4000"),  # 64,000
     pytest.param(3, 20.0, 300, 200, id="d3-batch200-n300"),  # 180,000
 ]
 

@@ -26,6 +26,7 @@ def _all_data(X, dtype=jnp.float64):
     Xs = sp.csr_matrix(X)
     return {
         "dense": _data.to_device(X, dtype),
+        "dense_transposed": _data.to_device(X, dtype, transposed=True),
         "scipy": _data.to_device(Xs, dtype, kernel="scipy"),
         "segment_sum": _data.to_device(Xs, dtype, kernel="segment_sum"),
     }

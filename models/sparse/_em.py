@@ -490,7 +490,7 @@ def _init_batch(mu, data, kappa_max, shared_kappa, refined):
 
         return jax.vmap(one)(mu)
 
-    # sharded data: seeds and crisp statistics from every device's rows (see em_step)
+    # sharded data: crisp statistics from every device's rows (see em_step)
     return _parallel.map_blocks(batch, (mu, kappa_max), data)
 
 
