@@ -400,6 +400,18 @@ def to_device(
     return DenseData(X, X.T if transposed else None)
 
 
+def without_transpose(data):
+    """Return ``data`` as prediction builds it: dense data without their X.T copy.
+
+    The final assignment of a fit needs only ``X @ M``; passing the training data without
+    the copy lets it run the program that prediction compiles for the same shape, instead of
+    a second one for the other pytree.
+    """
+    if isinstance(data, DenseData) and data.XT is not None:
+        return DenseData(data.X)
+    return data
+
+
 def _data_dtype(data):
     return data.X.dtype if isinstance(data, DenseData) else data.dtype
 

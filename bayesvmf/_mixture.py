@@ -52,7 +52,14 @@ from sklearn.utils import _param_validation as pv
 
 from bayesvmf import special
 from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, check_count, make_key
-from bayesvmf._data import DenseData, SparseData, data_dot, data_tdot, to_device
+from bayesvmf._data import (
+    DenseData,
+    SparseData,
+    data_dot,
+    data_tdot,
+    to_device,
+    without_transpose,
+)
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
 
 __all__ = [
@@ -582,7 +589,8 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the component of each training row at the fitted parameters."""
-        return np.asarray(jnp.argmax(self._estimate_weighted_log_prob(data), axis=1))
+        weighted_log_prob = self._estimate_weighted_log_prob(without_transpose(data))
+        return np.asarray(jnp.argmax(weighted_log_prob, axis=1))
 
     # ---- prediction -------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from bayesvmf import _guards, _mixture, _parallel
+from bayesvmf import _data, _guards, _mixture, _parallel
 from bayesvmf._base import make_key
 from bayesvmf.models.bayesian._hierarchical_vi import (
     HState,
@@ -262,7 +262,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             data = fit_data(Xc, devices)
             self._fit(data, make_key(self.random_state), host=Xc)
             if devices is None:
-                return np.asarray(jnp.argmax(self._estimate_weighted_log_prob(data), axis=1))
+                weighted_log_prob = self._estimate_weighted_log_prob(_data.without_transpose(data))
+                return np.asarray(jnp.argmax(weighted_log_prob, axis=1))
             rows = _parallel.map_rows(_leaf_log_predictive_rows, self._predictive_params(), data)
             return np.argmax(rows, axis=1)
 

@@ -327,7 +327,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
     def _training_weighted_log_prob(self, data) -> np.ndarray:
         """Return log alpha_k + log f_k(x_i) of the training rows at the kept run."""
         if not isinstance(data, _parallel.RowBlocks):
-            return np.asarray(self._estimate_weighted_log_prob(data))
+            return np.asarray(self._estimate_weighted_log_prob(_data.without_transpose(data)))
         run = self._best_state
         return _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
 
