@@ -19,7 +19,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _guards, _mixture, _parallel, special
+from bayesvmf import _data, _guards, _mixture, _parallel, special
 from bayesvmf._base import make_key
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as _s
@@ -342,7 +342,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         data, t, devices = self._fit_rows(X, y, times)
         with jax.enable_x64(True):
             if devices is None:
-                return np.asarray(jnp.argmax(self._weighted(data, t), axis=1))
+                weighted = self._weighted(_data.without_transpose(data), t)
+                return np.asarray(jnp.argmax(weighted, axis=1))
             wlp = _log_predictive_blocks(data, _s.row_array(t, data), self._predictive_params())
             return np.argmax(_s.host_rows(wlp, data), axis=1)
 
