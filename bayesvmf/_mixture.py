@@ -284,6 +284,37 @@ def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
     return _rows(data, idx)
 
 
+#: Spherical k-means++ draws its seeds from a uniform subsample of dense data, of
+#: max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT K) rows when there are more (as
+#: scikit-learn's MiniBatchKMeans seeds on ``init_size`` rows): each seed costs one pass
+#: over the rows it draws from, and the hard passes and EM that follow use all rows.
+#: Measured (50,000 x 256 float32, K = 32, greedy): seeding 0.20 s on all rows, whole
+#: default fits 0.79 s -> 0.41 s (median of 6 seeds), held-out ARI 1.0 both ways.
+SEEDING_ROWS = 4096
+SEEDING_ROWS_PER_COMPONENT = 128
+
+
+def seeding_sample(rng_key, data, n_components: int):
+    """Return the rows spherical k-means++ seeds from: a uniform subsample of dense data.
+
+    Dense data (plain, or dense row blocks) of more than
+    max(:data:`SEEDING_ROWS`, :data:`SEEDING_ROWS_PER_COMPONENT` K) rows give that many
+    distinct rows drawn uniformly, as :class:`~bayesvmf._data.DenseData` in the data's
+    dtype (the same on every device); other data are returned as they are (sparse rows are
+    not gathered: the one-hot product that selects them is O(n) per row).
+    """
+    n_samples = data.shape[0]
+    size = max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT * n_components)
+    blocks = getattr(data, "data", None)
+    dense = isinstance(data, DenseData) or isinstance(blocks, DenseData)
+    if n_samples <= size or not dense:
+        return data
+    idx = jax.random.choice(jax.random.fold_in(rng_key, size), n_samples, (size,), replace=False)
+    if isinstance(data, DenseData):
+        return DenseData(data.X[idx])
+    return DenseData(data.rows(idx).astype(blocks.X.dtype))
+
+
 def greedy_trials(n_components: int) -> int:
     """Candidates per seed of greedy k-means++: 2 + floor(ln K), as in scikit-learn."""
     return 2 + int(math.log(n_components))
@@ -328,11 +359,13 @@ def init_spherical_kmeanspp(
 
     The first seed is a uniform row; each next seed is a row drawn with probability
     proportional to its dissimilarity to the closest seed so far (:func:`kmeanspp_pick`).
+    Large dense data are seeded from a uniform subsample of their rows
+    (:func:`seeding_sample`).
 
     Parameters
     ----------
     rng_key : jax.Array
-    data : DenseData or SparseData
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
     n_components : int
     n_local_trials : int or None, default 1
         Candidates per seed, the best kept (greedy k-means++); None means
@@ -342,6 +375,7 @@ def init_spherical_kmeanspp(
     -------
     mu : jax.Array of shape (n_components, n_features)
     """
+    data = seeding_sample(rng_key, data, n_components)
     n, d = data.shape
     trials = greedy_trials(n_components) if n_local_trials is None else int(n_local_trials)
     keys = jax.random.split(rng_key, n_components)

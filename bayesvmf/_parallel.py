@@ -69,6 +69,9 @@ __all__ = [
     "map_rows",
     "block_data",
     "initial_directions",
+    "seeds",
+    "split_gains",
+    "split_merge",
     "sum_over_blocks",
     "weighted_resultants",
     "sum_over_axis",
@@ -495,6 +498,13 @@ def select_rows(data, idx: jax.Array) -> jax.Array:
         return _mixture._rows(data, idx)
     block = jax.lax.axis_index(data.axis_name) if data.axis_name is not None else 0
     local = idx - block * data.block_rows
+    if isinstance(data.data, _data.DenseData):
+        # dense blocks: each gathers the rows it holds (zero for the others), summed over
+        # devices; O(len(idx) d), where the one-hot product below is O(block_rows len(idx))
+        held = (local >= 0) & (local < data.block_rows)
+        mine = data.data.X[jnp.clip(local, 0, data.block_rows - 1)].astype(jnp.float64)
+        (rows,) = sum_over_blocks(data, jnp.where(held[:, None], mine, 0.0))
+        return rows
     # one-hot columns of the rows this block holds (all-zero for the others): X_b.T @ onehot
     onehot = jax.nn.one_hot(local, data.block_rows, dtype=jnp.float64).T
     (rows,) = sum_over_blocks(data, _data.data_tdot(data.data, onehot).T)
@@ -544,14 +554,31 @@ def normalised(resultant, fallback):
     return jnp.where(norm > 0, resultant / jnp.maximum(norm, tiny), fallback)
 
 
+def seeds(key, data, n_components: int, init: str, max_passes):
+    """One restart's seeds by ``init``, refined on the seeding subsample of large data.
+
+    The seeds of :data:`bayesvmf._mixture.INIT_METHODS`. When they are drawn from a
+    subsample of the rows (:func:`bayesvmf._mixture.seeding_sample`: large dense data) and
+    ``max_passes`` is not None, they are refined there first, by :func:`spherical_kmeans` and
+    :func:`split_merge` (``max_passes`` passes each): coarse to fine, the local optima of
+    the seeding are left on the subsample, where a move costs a few passes over thousands
+    of rows instead of all of them.
+    """
+    sample = _mixture.seeding_sample(key, data, n_components)
+    mu = _mixture.INIT_METHODS[init](key, sample, n_components)
+    if max_passes is None or sample is data:
+        return mu
+    return split_merge(sample, spherical_kmeans(sample, mu, max_passes), max_passes)[0]
+
+
 def initial_directions(key, data, n_components: int, init: str, kmeans_iter):
     """One restart's initial directions: seeds by ``init``, then hard spherical k-means.
 
-    The seeds of :data:`bayesvmf._mixture.INIT_METHODS` are refined by at most
-    ``kmeans_iter`` passes of :func:`spherical_kmeans` (traced; ``None`` for none, the
-    program of earlier versions), on plain or blocked data: the start of B- and T-vMFmix.
+    The seeds of :func:`seeds` are refined by at most ``kmeans_iter`` passes of
+    :func:`spherical_kmeans` (traced; ``None`` for none, the program of earlier versions),
+    on plain or blocked data: the start of B- and T-vMFmix.
     """
-    mu = _mixture.INIT_METHODS[init](key, data, n_components)
+    mu = seeds(key, data, n_components, init, kmeans_iter)
     return mu if kmeans_iter is None else spherical_kmeans(data, mu, kmeans_iter)
 
 
@@ -604,3 +631,136 @@ def _weighted_log_prob_rows(params, block):
     # inside the compiled program: K normalisers, d static from the block
     log_c = _mixture.log_normalizer(block.shape[1], kappa)
     return _mixture.log_likelihood_matrix(block, mu, kappa, log_c) + log_weights
+
+
+def _cosines(data, mu):
+    """X @ mu.T of the rows of this device (padding rows included on row blocks)."""
+    return _data.data_dot(block_data(data), mu.T)
+
+
+#: Power iterations of :func:`split_gains` (the leading direction of a merged component's
+#: scatter dominates the within-cluster noise by a large factor, so a few suffice).
+SPLIT_POWER_ITER = 3
+
+
+def split_gains(data, mu):
+    """Objective gain of splitting each hard cluster in two along its principal direction.
+
+    Rows are assigned to their closest direction; the rows of cluster k are split by the sign
+    of their projection, centred on the cluster mean, on the leading eigenvector of the
+    cluster's scatter (principal direction divisive partitioning: D. Boley, Data Mining and
+    Knowledge Discovery 2 (1998) 325-344; a few power
+    iterations from a fixed direction, all clusters at once). The gain is
+    |r_k1| + |r_k2| - |r_k| for the resultants of the two halves: the rise of the spherical
+    k-means objective sum_i max_k x_i . mu_k if both halves had their own direction.
+
+    Returns
+    -------
+    gains : jax.Array of shape (K,)
+    halves : jax.Array of shape (K, 2, d)
+        The two halves' resultants.
+    resultant, counts : jax.Array of shapes (K, d), (K,)
+        Statistics of the hard clusters.
+    """
+    n_components, d = mu.shape
+    onehot = jax.nn.one_hot(jnp.argmax(_cosines(data, mu), axis=1), n_components)
+    resultant, counts = weighted_resultants(data, onehot)
+    mean = resultant / jnp.maximum(counts, 1.0)[:, None]
+    # a fixed start (not parallel to any mean in practice), the same for every cluster
+    start = jax.random.normal(jax.random.PRNGKey(0), (d,), resultant.dtype)
+    v = jnp.broadcast_to(start / jnp.linalg.norm(start), (n_components, d))
+
+    def projections(v):
+        # (x_i - m_k) . v_k for each row's own cluster k (zero in the other columns)
+        return onehot * (_cosines(data, v) - jnp.sum(mean * v, axis=1))
+
+    def power(_, v):
+        # S_k v_k = sum_{i in k} ((x_i - m_k) . v_k) (x_i - m_k)
+        p = projections(v)
+        sums, p_sums = weighted_resultants(data, p)
+        w = sums - p_sums[:, None] * mean
+        return normalised(w, v)
+
+    v = jax.lax.fori_loop(0, SPLIT_POWER_ITER, power, v)
+    first, _ = weighted_resultants(data, onehot * (projections(v) > 0))
+    halves = jnp.stack([first, resultant - first], axis=1)
+    norm = jnp.linalg.norm
+    gains = norm(halves[:, 0], axis=-1) + norm(halves[:, 1], axis=-1) - norm(resultant, axis=-1)
+    return gains, halves, resultant, counts
+
+
+def split_merge(data, mu, max_passes):
+    """Leave local optima of spherical k-means by merging two clusters and splitting one.
+
+    A seeding that puts two seeds in one cluster and none in another ends, after Lloyd's
+    passes, at a local optimum: one direction for two clusters, two for one. From the
+    hard clusters of ``mu``, the merge that loses least of the objective sum_i max_k x_i.mu_k,
+    L_jk = |r_j| + |r_k| - |r_j + r_k|, and the split that gains most (:func:`split_gains`,
+    cluster c not j or k) are proposed when the split gains more than the merge loses; the
+    moved directions are refined by :func:`spherical_kmeans` and kept only if they raise
+    the objective by more than :data:`bayesvmf.HARD_RTOL` relative (the
+    split-and-merge moves of Ueda et al., Neural Computation 12 (2000) 2109-2128, on the
+    hard objective). At a good optimum the merge of two true clusters loses far more than
+    any split gains, and no move is made; at most K moves are made.
+
+    Parameters
+    ----------
+    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    mu : jax.Array of shape (K, d)
+        Directions after hard passes.
+    max_passes : int64 scalar (traced)
+        Passes of :func:`spherical_kmeans` after each move.
+
+    Returns
+    -------
+    mu : jax.Array of shape (K, d)
+    n_moves : jax.Array of int
+    """
+    n_components = mu.shape[0]
+
+    def propose(mu):
+        gains, halves, resultant, _ = split_gains(data, mu)
+        norms = jnp.linalg.norm(resultant, axis=-1)
+        gram = resultant @ resultant.T
+        merged = jnp.sqrt(jnp.maximum(norms[:, None] ** 2 + norms[None, :] ** 2 + 2 * gram, 0.0))
+        loss = norms[:, None] + norms[None, :] - merged
+        loss = jnp.where(jnp.eye(n_components, dtype=bool), jnp.inf, loss)
+        j, k = jnp.unravel_index(jnp.argmin(loss), loss.shape)
+        gains = jnp.where(
+            (jnp.arange(n_components) == j) | (jnp.arange(n_components) == k), -jnp.inf, gains
+        )
+        c = jnp.argmax(gains)
+        moved = (
+            mu.at[j]
+            .set(normalised(resultant[j] + resultant[k], mu[j]))
+            .at[c]
+            .set(normalised(halves[c, 0], mu[c]))
+            .at[k]
+            .set(normalised(halves[c, 1], mu[k]))
+        )
+        # the objective of mu's own assignment comes with its statistics
+        return jnp.sum(mu * resultant), gains[c] > loss[j, k], moved
+
+    def keep_going(carry):
+        moves, _, _, worth, _ = carry
+        return worth & (moves < n_components)
+
+    def step(carry):
+        # a move was proposed: refine it, keep it if it raised the objective, propose the next
+        moves, mu, score, _, moved = carry
+        moved = spherical_kmeans(data, moved, max_passes)
+        new_score, worth, next_move = propose(moved)
+        better = new_score - score > HARD_RTOL * jnp.abs(score)
+        return (
+            moves + better.astype(moves.dtype),
+            jnp.where(better, moved, mu),
+            jnp.where(better, new_score, score),
+            worth & better,
+            next_move,
+        )
+
+    # (no lax.cond: under vmap it would batch the data, which sparse products refuse)
+    score, worth, moved = propose(mu)
+    init = (jnp.zeros((), jnp.int32), mu, score, worth, moved)
+    moves, mu, _, _, _ = jax.lax.while_loop(keep_going, step, init)
+    return mu, moves

@@ -181,6 +181,36 @@ def test_greedy_kmeanspp_leaves_less_dissimilarity():
     assert greedy.mean() < 0.9 * plain.mean() and np.median(greedy) < np.median(plain)
 
 
+def test_seeding_sample_draws_distinct_rows_of_large_dense_data(monkeypatch):
+    """Dense data of more than max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT K) rows are
+    seeded from that many distinct rows, in the data's dtype; smaller or sparse data are
+    seeded from all rows, and k-means++'s seeds are then rows of the subsample."""
+    monkeypatch.setattr(_mixture, "SEEDING_ROWS", 50)
+    monkeypatch.setattr(_mixture, "SEEDING_ROWS_PER_COMPONENT", 20)
+    rng = np.random.default_rng(5)
+    A = np.abs(rng.normal(size=(90, 5)))
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    key = jax.random.key(3)
+    with jax.enable_x64(True):
+        for dtype in (jnp.float32, jnp.float64):
+            sample = _mixture.seeding_sample(key, _data.to_device(A, dtype), 2)  # 50 rows
+            assert isinstance(sample, _data.DenseData) and sample.X.dtype == dtype
+            rows = np.asarray(sample.X, np.float64)
+            assert rows.shape == (50, 5) and len(np.unique(rows, axis=0)) == 50
+            match = np.isclose(rows[:, None, :], A[None], atol=1e-7).all(axis=-1)
+            assert (match.sum(axis=1) == 1).all()
+        # 3 components: 60 rows; 5: 100 > 90, all rows; sparse data: all rows
+        assert _mixture.seeding_sample(key, _data.to_device(A), 3).shape == (60, 5)
+        dense = _data.to_device(A)
+        assert _mixture.seeding_sample(key, dense, 5) is dense
+        sparse = _data.to_device(sp.csr_matrix(A))
+        assert _mixture.seeding_sample(key, sparse, 2) is sparse
+        # the seeds are rows of the sample the same key draws
+        sample = np.asarray(_mixture.seeding_sample(key, dense, 2).X)
+        mu = np.asarray(_mixture.INIT_METHODS["greedy-spherical-kmeans++"](key, dense, 2))
+    assert np.isclose(mu[:, None, :], sample[None], atol=1e-14).all(axis=-1).any(axis=1).all()
+
+
 def test_kmeanspp_falls_back_when_all_rows_equal():
     Xe = np.tile(np.eye(D)[:1], (10, 1))
     mu = _seeds(_mixture.init_spherical_kmeanspp, _data.to_device(Xe), 1)[0]

@@ -42,6 +42,10 @@ SCRIPT = textwrap.dedent(
         topic = rng.choice(K, n_i, p=rng.dirichlet(np.full(K, 0.3)))
         docs.append(centres[topic] + 4.0 * rng.normal(size=(n_i, d)))
         weights.append(rng.integers(1, 3, n_i).astype(float))
+    # dense rows, more than the 4096 spherical k-means++ seeds from (its own generator: the
+    # draws above stay those of earlier versions)
+    n_big = 4201
+    X_big = check_directional(np.abs(np.random.default_rng(4).normal(size=(n_big, 6)) + 1.0))
     devices = jax.devices()[:2]
     section = sys.argv[1]
     out = {"n_devices": len(jax.devices())}
@@ -94,6 +98,13 @@ SCRIPT = textwrap.dedent(
                        run(args, _parallel.row_blocks(data, devices=devices))]
             one, two = ([np.asarray(a).tolist() for a in jax.tree.leaves(r)] for r in results)
             out[name] = {"one": one, "two": two}
+        mu_big = mu[:, :6] / np.linalg.norm(mu[:, :6], axis=1, keepdims=True)
+        big_args = (mu_big, kappa, np.asarray(_mixture.log_normalizer(6, kappa)), log_w)
+        if section == "pieces":
+            results = [run(big_args, _data.to_device(X_big)),
+                       run(big_args, _parallel.row_blocks(X_big, devices=devices))]
+            one, two = ([np.asarray(a).tolist() for a in jax.tree.leaves(r)] for r in results)
+            out["dense-subsampled"] = {"one": one, "two": two}
 
     # B-vMFmix VI (both kappa schemes) and its SVI stream, sparse input
     from bayesvmf.models import BayesianVMFMixture
@@ -187,6 +198,7 @@ class _TwoDeviceRuns(dict):
             "dense": "pieces",
             "scipy": "pieces",
             "segment_sum": "pieces",
+            "dense-subsampled": "pieces",
         }.get(key, key)
         self.update(_run_on_two_devices(SCRIPT, section))
         return dict.__getitem__(self, key)
@@ -217,14 +229,18 @@ def test_sharded_fits_do_not_recompile(two_devices):
     assert two_devices["again_n_iter"] > 1
 
 
-@pytest.mark.parametrize("layout", ["dense", "scipy", "segment_sum"])
+@pytest.mark.parametrize("layout", ["dense", "scipy", "segment_sum", "dense-subsampled"])
 def test_sharded_statistics_and_seeds_equal_one_device(two_devices, layout):
+    """Statistics and seeds of blocked data equal those of one device; "dense-subsampled"
+    (4,201 dense rows) has its k-means++ seeds drawn from a subsample of 4,096 rows that
+    each device gathers from both blocks."""
     one, two = two_devices[layout]["one"], two_devices[layout]["two"]
     # r, N, log-lik; crisp r, N; one seed set per init method (random, k-means++, greedy)
     assert len(one) == len(two) == 5 + len(_mixture.INIT_METHODS) == 8
     for a, b in zip(one, two, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
-    assert np.asarray(one[1]).sum() == pytest.approx(101)  # padding rows carry no weight
+    n = 4201 if layout == "dense-subsampled" else 101
+    assert np.asarray(one[1]).sum() == pytest.approx(n)  # padding rows carry no weight
 
 
 @pytest.mark.parametrize(

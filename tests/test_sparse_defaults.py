@@ -160,20 +160,25 @@ SHARDED_DEFAULTS = textwrap.dedent(
     centres = 4 * rng.normal(size=(K, d))
     X = np.abs(centres[rng.integers(0, K, n)] + rng.normal(size=(n, d)))
     X = sp.csr_matrix(np.where(X > 1.0, X, 0.0))
+    # dense rows, more than the 4096 that seeding draws from: seeds and their refinement
+    # on a subsample gathered from both devices
+    n_dense = 4201
+    Xd = np.abs(centres[rng.integers(0, K, n_dense), :8] + rng.normal(size=(n_dense, 8)))
     out = {"n_devices": len(jax.devices())}
-    for name, devices in (("one", None), ("two", 2)):
-        m = SparseVMFMixture(K, random_state=0, devices=devices)  # the defaults
-        out[name] = {"labels": m.fit_predict(X).tolist(), "mu": m.mean_directions_.tolist(),
-                     "kappa": m.concentrations_.tolist(), "n_iter": m.n_iter_}
+    for layout, data in (("sparse", X), ("dense", Xd)):
+        for name, devices in (("one", None), ("two", 2)):
+            m = SparseVMFMixture(K, random_state=0, devices=devices)  # the defaults
+            out[layout + "-" + name] = {
+                "labels": m.fit_predict(data).tolist(), "mu": m.mean_directions_.tolist(),
+                "kappa": m.concentrations_.tolist(), "n_iter": m.n_iter_}
     print(json.dumps(out))
     """
 )
 
 
-def test_defaults_over_two_devices_equal_one_device():
-    """The hard k-means passes inside the sharded program (a while_loop whose test reads
-    statistics summed over devices) finish and give the one-device fit: float32 products
-    summed in another order, so the parameters agree to float32 accuracy."""
+@pytest.fixture(scope="module")
+def sharded_defaults():
+    """Default fits on one device and on two forced devices (sparse rows; dense rows)."""
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
@@ -193,7 +198,17 @@ def test_defaults_over_two_devices_equal_one_device():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["n_devices"] == 2
-    one, two = out["one"], out["two"]
+    return out
+
+
+@pytest.mark.parametrize("layout", ["sparse", "dense"])
+def test_defaults_over_two_devices_equal_one_device(sharded_defaults, layout):
+    """The hard k-means passes inside the sharded program (a while_loop whose test reads
+    statistics summed over devices) finish and give the one-device fit: float32 products
+    summed in another order, so the parameters agree to float32 accuracy. The dense rows
+    (4,201) are seeded from a subsample of 4,096 rows, gathered from both devices, where the
+    seeds are refined first."""
+    one, two = sharded_defaults[layout + "-one"], sharded_defaults[layout + "-two"]
     assert one["labels"] == two["labels"] and len(set(one["labels"])) == 3
     assert one["n_iter"] == two["n_iter"]
     np.testing.assert_allclose(two["mu"], one["mu"], atol=1e-5)

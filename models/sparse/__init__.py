@@ -43,6 +43,7 @@ References
    using von Mises-Fisher distributions", JMLR 6 (2005) 1345-1382.
 """
 
+from bayesvmf._parallel import spherical_kmeans, split_gains, split_merge
 from bayesvmf.models.sparse._em import (
     EMState,
     em_step,
@@ -52,9 +53,6 @@ from bayesvmf.models.sparse._em import (
     m_step,
     run_em,
     settled,
-    spherical_kmeans,
-    split_gains,
-    split_merge,
 )
 from bayesvmf.models.sparse._estimator import SparseVMFMixture
 from bayesvmf.models.sparse._online import OnlineStats, online_em_step
