@@ -57,6 +57,7 @@ from bayesvmf._data import (
     SparseData,
     data_dot,
     data_tdot,
+    host_csr,
     to_device,
     without_transpose,
 )
@@ -284,7 +285,7 @@ def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
     return _rows(data, idx)
 
 
-#: Spherical k-means++ draws its seeds from a uniform subsample of dense data, of
+#: Spherical k-means++ draws its seeds from a uniform subsample of large data, of
 #: max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT K) rows when there are more (as
 #: scikit-learn's MiniBatchKMeans seeds on ``init_size`` rows): each seed costs one pass
 #: over the rows it draws from, and the hard passes and EM that follow use all rows.
@@ -294,17 +295,22 @@ SEEDING_ROWS = 4096
 SEEDING_ROWS_PER_COMPONENT = 128
 
 
+def seeding_size(n_components: int) -> int:
+    """Rows of the seeding subsample: max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT K)."""
+    return max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT * n_components)
+
+
 def seeding_sample(rng_key, data, n_components: int):
     """Return the rows spherical k-means++ seeds from: a uniform subsample of dense data.
 
-    Dense data (plain, or dense row blocks) of more than
-    max(:data:`SEEDING_ROWS`, :data:`SEEDING_ROWS_PER_COMPONENT` K) rows give that many
-    distinct rows drawn uniformly, as :class:`~bayesvmf._data.DenseData` in the data's
-    dtype (the same on every device); other data are returned as they are (sparse rows are
-    not gathered: the one-hot product that selects them is O(n) per row).
+    Dense data (plain, or dense row blocks) of more than :func:`seeding_size` rows give that
+    many distinct rows drawn uniformly, as :class:`~bayesvmf._data.DenseData` in the data's
+    dtype (the same on every device); other data are returned as they are (inside a
+    program sparse rows are not gathered: the one-hot product that selects them is O(n) per
+    row; :func:`host_seeding_sample` draws them before the program).
     """
     n_samples = data.shape[0]
-    size = max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT * n_components)
+    size = seeding_size(n_components)
     blocks = getattr(data, "data", None)
     dense = isinstance(data, DenseData) or isinstance(blocks, DenseData)
     if n_samples <= size or not dense:
@@ -313,6 +319,24 @@ def seeding_sample(rng_key, data, n_components: int):
     if isinstance(data, DenseData):
         return DenseData(data.X[idx])
     return DenseData(data.rows(idx).astype(blocks.X.dtype))
+
+
+def host_seeding_sample(rng_key, data, n_components: int) -> SparseData | None:
+    """Return a uniform subsample of large sparse data to seed from, drawn on the host.
+
+    :func:`seeding_sample` for sparse data of the "scipy" kernel (the CPU default), whose
+    CSR matrix is on the host: :func:`seeding_size` distinct rows, drawn with a NumPy
+    generator seeded by ``rng_key``, as sparse data of the same kernel and dtype (their
+    products cost nnz of the subsample). None for other data or when there are not more
+    rows than that (the "segment_sum" kernel is left out: its programs are compiled per
+    number of nonzeros, which differs from one subsample to the next).
+    """
+    size = seeding_size(n_components)
+    if not (isinstance(data, SparseData) and data.kernel == "scipy" and data.shape[0] > size):
+        return None
+    seed = np.asarray(jax.random.key_data(rng_key), np.uint32).ravel()
+    idx = np.random.default_rng(seed).choice(data.shape[0], size, replace=False)
+    return to_device(host_csr(data)[idx], data.dtype, kernel="scipy")
 
 
 def greedy_trials(n_components: int) -> int:

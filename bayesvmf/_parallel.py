@@ -554,17 +554,20 @@ def normalised(resultant, fallback):
     return jnp.where(norm > 0, resultant / jnp.maximum(norm, tiny), fallback)
 
 
-def seeds(key, data, n_components: int, init: str, max_passes):
+def seeds(key, data, n_components: int, init: str, max_passes, sample=None):
     """One restart's seeds by ``init``, refined on the seeding subsample of large data.
 
     The seeds of :data:`bayesvmf._mixture.INIT_METHODS`. When they are drawn from a
-    subsample of the rows (:func:`bayesvmf._mixture.seeding_sample`: large dense data) and
-    ``max_passes`` is not None, they are refined there first, by :func:`spherical_kmeans` and
-    :func:`split_merge` (``max_passes`` passes each): coarse to fine, the local optima of
-    the seeding are left on the subsample, where a move costs a few passes over thousands
-    of rows instead of all of them.
+    subsample of the rows (:func:`bayesvmf._mixture.seeding_sample`, large dense data;
+    or ``sample``, a subsample drawn before the program by
+    :func:`bayesvmf._mixture.host_seeding_sample`) and ``max_passes`` is not None, they are
+    refined there first, by :func:`spherical_kmeans` and :func:`split_merge`
+    (``max_passes`` passes each): coarse to fine, the local optima of the seeding are left
+    on the subsample, where a move costs a few passes over thousands of rows instead of all
+    of them.
     """
-    sample = _mixture.seeding_sample(key, data, n_components)
+    if sample is None:
+        sample = _mixture.seeding_sample(key, data, n_components)
     mu = _mixture.INIT_METHODS[init](key, sample, n_components)
     if max_passes is None or sample is data:
         return mu

@@ -211,6 +211,38 @@ def test_seeding_sample_draws_distinct_rows_of_large_dense_data(monkeypatch):
     assert np.isclose(mu[:, None, :], sample[None], atol=1e-14).all(axis=-1).any(axis=1).all()
 
 
+def test_host_seeding_sample_draws_distinct_rows_of_large_sparse_data(monkeypatch):
+    """Sparse data of the "scipy" kernel with more rows than seeding_size give that many
+    distinct rows of X, drawn on the host (the same for one key, others for another), as
+    "scipy" sparse data of the same dtype; other data, or fewer rows, give None."""
+    monkeypatch.setattr(_mixture, "SEEDING_ROWS", 50)
+    monkeypatch.setattr(_mixture, "SEEDING_ROWS_PER_COMPONENT", 20)
+    rng = np.random.default_rng(6)
+    A = np.abs(rng.normal(size=(90, 5))) * (rng.random((90, 5)) < 0.6)
+    A[:, 0] += 0.1
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    with jax.enable_x64(True):
+        data = _data.to_device(sp.csr_matrix(A), jnp.float32, kernel="scipy")
+        sample = _mixture.host_seeding_sample(jax.random.key(1), data, 2)
+        again = _mixture.host_seeding_sample(jax.random.key(1), data, 2)
+        other = _mixture.host_seeding_sample(jax.random.key(2), data, 2)
+        assert sample.kernel == "scipy" and sample.dtype == jnp.float32
+        rows = _data.host_csr(sample).toarray().astype(np.float64)
+        assert rows.shape == (50, 5) and len(np.unique(rows, axis=0)) == 50
+        match = np.isclose(rows[:, None, :], A[None], atol=1e-7).all(axis=-1)
+        assert (match.sum(axis=1) == 1).all()
+        assert (_data.host_csr(again) != _data.host_csr(sample)).nnz == 0
+        assert (_data.host_csr(other) != _data.host_csr(sample)).nnz > 0
+        for none in (
+            _mixture.host_seeding_sample(jax.random.key(1), data, 5),  # 100 rows > 90
+            _mixture.host_seeding_sample(jax.random.key(1), _data.to_device(A), 2),
+            _mixture.host_seeding_sample(
+                jax.random.key(1), _data.to_device(sp.csr_matrix(A), kernel="segment_sum"), 2
+            ),
+        ):
+            assert none is None
+
+
 def test_kmeanspp_falls_back_when_all_rows_equal():
     Xe = np.tile(np.eye(D)[:1], (10, 1))
     mu = _seeds(_mixture.init_spherical_kmeanspp, _data.to_device(Xe), 1)[0]

@@ -272,3 +272,25 @@ def test_split_merge_keeps_a_good_optimum():
     # merging two true clusters loses more than any split of one gains: no move
     assert int(moves) == 0
     np.testing.assert_array_equal(np.asarray(mu), good)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_fits_seeded_from_a_subsample_find_the_clusters_without_recompiling(sparse):
+    """4,400 rows (more than the 4,096 that seeding draws from, dense rows inside the
+    program, sparse ones on the host): the subsampled start finds all eight clusters, and a
+    fit with another seed (another subsample) runs the programs compiled for the first."""
+    import scipy.sparse as sp
+
+    from bayesvmf import _mixture
+
+    rng = np.random.default_rng(11)
+    centres = np.abs(rng.normal(size=(8, 40))) * (rng.random((8, 40)) < 0.3) + 0.02
+    y = rng.integers(0, 8, 4400)
+    X = np.abs(centres[y] + 0.05 * rng.normal(size=(4400, 40))) * (centres[y] > 0.05)
+    X = sp.csr_matrix(X) if sparse else X
+    first = SparseVMFMixture(8, random_state=0).fit(X)
+    assert adjusted_rand_score(y, first.labels_) == 1.0
+    before = dict(_mixture.TRACE_COUNTS)
+    second = SparseVMFMixture(8, random_state=1).fit(X)
+    assert adjusted_rand_score(y, second.labels_) == 1.0
+    assert {k: v for k, v in _mixture.TRACE_COUNTS.items() if v != before.get(k)} == {}

@@ -309,12 +309,13 @@ def _em_step_body(args, data, *, shared_kappa: bool):
     static_argnames=("n_components", "init", "refined"),
     compiler_options=_mixture.JIT_OPTIONS,
 )
-def _seed_batch(keys, data, n_components, init, hard_iter, refined):
+def _seed_batch(keys, data, n_components, init, hard_iter, refined, sample=None):
     """Seeds of every restart (:data:`bayesvmf._mixture.INIT_METHODS`), shape (B, K, d).
 
     :func:`bayesvmf._parallel.seeds`: with ``refined``, seeds drawn from a subsample of
-    large dense data are refined on that subsample as :func:`_refine_batch` refines them on
-    all rows (hard passes, then split-and-merge moves), so that the moves on all rows are few.
+    large data (dense rows drawn inside the program; ``sample``, sparse rows drawn before it)
+    are refined on that subsample as :func:`_refine_batch` refines them on all rows (hard
+    passes, then split-and-merge moves), so that the moves on all rows are few.
     """
     _mixture.count_trace("sparse.seeds")
 
@@ -322,7 +323,11 @@ def _seed_batch(keys, data, n_components, init, hard_iter, refined):
         keys, hard_iter = args
 
         passes = hard_iter if refined else None
-        return jax.vmap(lambda key: _parallel.seeds(key, data, n_components, init, passes))(keys)
+
+        def one(key):
+            return _parallel.seeds(key, data, n_components, init, passes, sample)
+
+        return jax.vmap(one)(keys)
 
     return _parallel.map_blocks(batch, (keys, hard_iter), data)
 
@@ -380,8 +385,10 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     seeds are first refined by at most that many hard spherical k-means passes
     (:func:`spherical_kmeans`), then by the split-and-merge moves of :func:`split_merge`
     (which leave the local optima of an unlucky seeding), and mu_k are the normalised
-    resultants of the final partition. Dense data of more than a few thousand rows are
-    seeded from a uniform subsample (:func:`bayesvmf._mixture.seeding_sample`), where the
+    resultants of the final partition. Data of more than a few thousand rows (dense, or
+    sparse on the CPU kernel) are seeded from a uniform subsample
+    (:func:`bayesvmf._mixture.seeding_sample`, :func:`~bayesvmf._mixture.host_seeding_sample`;
+    all restarts share the sparse one), where the
     seeds get the same refinement first: coarse to fine, most moves then cost passes over
     the subsample instead of all rows (measured, 50,000 x 256 float32, K = 40 clusters of
     unequal sizes: 0.3 s on the subsample, then 1.2-1.7 s on all rows, against 3.7-4.4 s on
@@ -397,7 +404,8 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     """
     keys = jax.random.split(rng_key, n_init)
     refined = int(hard_iter) > 0
-    mu = _seed_batch(keys, data, int(n_components), init, np.int64(hard_iter), refined)
+    sample = _mixture.host_seeding_sample(rng_key, data, int(n_components))
+    mu = _seed_batch(keys, data, int(n_components), init, np.int64(hard_iter), refined, sample)
     if refined:
         mu = _refine_batch(mu, data, np.int64(hard_iter))
     log_weights, mu, kappa, status = _init_batch(
