@@ -102,9 +102,12 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         classical mixture's EM as every kappa grows alike; Banerjee et al., JMLR 2005) that
         refine each restart's seeds before inference
         (:func:`bayesvmf._parallel.spherical_kmeans`; they stop early once the partition has
-        settled); the initial assignment is the final partition of the passes. 0 assigns
-        the rows to the seeds (earlier versions: ``init="spherical-kmeans++",
-        kmeans_iter=0``). Ignored when ``init`` is an array of labels.
+        settled), then split-and-merge moves that leave the passes' local optima
+        (:func:`bayesvmf._parallel.split_merge`, each followed by at most ``kmeans_iter``
+        passes): the start of :class:`~bayesvmf.models.SparseVMFMixture`. The initial
+        assignment is the final partition. 0 assigns the rows to the seeds (earlier
+        versions: ``init="spherical-kmeans++", kmeans_iter=0``). Ignored when ``init`` is an
+        array of labels.
     n_init : int, default 1
         VI restarts, run side by side (vmapped); among the restarts that did not degenerate
         (:mod:`bayesvmf._guards`), the first whose bound per row is within ``tol`` of the

@@ -147,8 +147,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         cosine, whatever its time step), as in
         :class:`~bayesvmf.models.BayesianVMFMixture`.
     kmeans_iter : int, default 20
-        Hard spherical k-means passes refining the seeds before VI, as in
-        :class:`~bayesvmf.models.BayesianVMFMixture` (0: the seeds themselves, the
+        Hard spherical k-means passes, then split-and-merge moves, refining the seeds before
+        VI, as in :class:`~bayesvmf.models.BayesianVMFMixture` (0: the seeds themselves, the
         behaviour of earlier versions with ``init="spherical-kmeans++"``).
     n_init, max_iter, tol, kappa_num_samples, kappa_num_steps, normalize, random_state, verbose
         As in :class:`._hierarchical.HierarchicalVMFMixture`.
