@@ -404,14 +404,17 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         else:  # VI from given labels is deterministic up to the MH key: one run, not n_init
             batch = 1 if user_labels is not None else self.n_init
         keys = jax.random.split(rng_key, batch)
+        # large sparse data: the restarts' seeding subsample, drawn on the host
+        sample = None if user_labels is not None else _mixture.host_seeding_sample(rng_key, data, k)
+        passes = self._kmeans_passes()
         if user_labels is not None:
             labels = np.broadcast_to(user_labels, (batch, n))
         elif self.inference == "gibbs":
-            labels = np.asarray(_init_labels(keys, data, k, self.init, self._kmeans_passes()))
+            labels = np.asarray(_init_labels(keys, data, k, self.init, passes, sample))
         else:
             labels = None
         if labels is None:
-            resultant, resp_sum = _seed_statistics(keys, data, k, self.init, self._kmeans_passes())
+            resultant, resp_sum = _seed_statistics(keys, data, k, self.init, passes, sample)
         else:
             # identical labels for every run, or chains that only need run 0's statistics
             one = _label_statistics(jnp.asarray(labels[0]), data, k)

@@ -502,15 +502,16 @@ def _svi_step_body(args, data, *, cfg):
 @functools.partial(
     jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
 )
-def _init_labels(keys, data, n_components: int, init: str, kmeans_iter=None):
+def _init_labels(keys, data, n_components: int, init: str, kmeans_iter=None, sample=None):
     """Crisp labels of every restart: closest initial direction by cosine.
 
-    The directions are those of :func:`bayesvmf._parallel.initial_directions`.
+    The directions are those of :func:`bayesvmf._parallel.initial_directions` (``sample``:
+    the seeding subsample of sparse data, :func:`bayesvmf._mixture.host_seeding_sample`).
     """
     _mixture.count_trace("bayesian.init_labels")
 
     def one(key):
-        mu = _parallel.initial_directions(key, data, n_components, init, kmeans_iter)
+        mu = _parallel.initial_directions(key, data, n_components, init, kmeans_iter, sample)
         return jnp.argmax(_data.data_dot(data, mu.T), axis=1)
 
     return jax.vmap(one)(keys)
@@ -519,7 +520,7 @@ def _init_labels(keys, data, n_components: int, init: str, kmeans_iter=None):
 @functools.partial(
     jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
 )
-def _seed_statistics(keys, data, n_components: int, init: str, kmeans_iter=None):
+def _seed_statistics(keys, data, n_components: int, init: str, kmeans_iter=None, sample=None):
     """(r_k, N_k) of every restart's crisp assignment to its seeds, shapes (B, K, d), (B, K).
 
     The initial directions and the assignment of :func:`_init_labels` (the same draws),
@@ -532,7 +533,7 @@ def _seed_statistics(keys, data, n_components: int, init: str, kmeans_iter=None)
         keys, kmeans_iter = args
 
         def one(key):
-            mu = _parallel.initial_directions(key, data, n_components, init, kmeans_iter)
+            mu = _parallel.initial_directions(key, data, n_components, init, kmeans_iter, sample)
             return _parallel.crisp_statistics(data, mu)
 
         return jax.vmap(one)(keys)

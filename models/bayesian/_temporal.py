@@ -376,8 +376,16 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
         def start(init_key):
             passes = np.int64(self.kmeans_iter) if self.kmeans_iter > 0 else None
+            sample = _mixture.host_seeding_sample(init_key, data, K)  # large sparse data
             stats = _initial_statistics(
-                init_key, data, t_dev, passes, n_times=n_times, n_components=K, init=self.init
+                init_key,
+                data,
+                t_dev,
+                passes,
+                sample,
+                n_times=n_times,
+                n_components=K,
+                init=self.init,
             )
             return self._initial_state(stats, mu0, d), stats
 

@@ -489,20 +489,29 @@ _vi_step = jax.jit(vi_step, static_argnames=STATIC_ARGNAMES, compiler_options=_m
     compiler_options=_mixture.JIT_OPTIONS,
 )
 def _initial_statistics(
-    rng_key, data, times, kmeans_iter=None, *, n_times: int, n_components: int, init: str
+    rng_key,
+    data,
+    times,
+    kmeans_iter=None,
+    sample=None,
+    *,
+    n_times: int,
+    n_components: int,
+    init: str,
 ):
     """TStats of the crisp initial assignment: every row to its closest direction by cosine.
 
     The seeds are K random rows or (greedy) spherical k-means++ seeds (the same draws on row
     blocks, :data:`bayesvmf._mixture.INIT_METHODS`), refined by at most ``kmeans_iter``
-    hard spherical k-means passes (:func:`bayesvmf._parallel.spherical_kmeans`; None: none);
-    each device assigns its own rows.
+    hard spherical k-means passes (:func:`bayesvmf._parallel.spherical_kmeans`; None: none)
+    and split-and-merge moves (:func:`bayesvmf._parallel.initial_directions`; ``sample``: the
+    seeding subsample of sparse data); each device assigns its own rows.
     """
     count_trace("temporal.initial_statistics")
 
     def body(args, data, times):
         rng_key, kmeans_iter = args
-        mu = _parallel.initial_directions(rng_key, data, n_components, init, kmeans_iter)
+        mu = _parallel.initial_directions(rng_key, data, n_components, init, kmeans_iter, sample)
         labels = jnp.argmax(_data.data_dot(_parallel.block_data(data), mu.T), axis=1)
         lam = jax.nn.one_hot(labels, n_components, dtype=jnp.float64)
         return _statistics(data, times, lam, n_times)
