@@ -490,18 +490,17 @@ def gibbs_kappa_update(rng_key, state: GibbsState, hyper: Priors, d: int, adapt,
         log_kappa, log_step = log_kappa[:1], log_step[:1]
     # the first evaluation also gives log C_d(C0) (one normaliser call)
     current, log_c_kappa, log_c_norm, log_c_c0 = terms(log_kappa, extra=hyper.C0)
-    (log_kappa, _, (log_c_kappa, log_c_norm), log_step), accept_prob = _mcmc.log_kappa_mh(
+    (log_kappa, _, (log_c_kappa, log_c_norm), log_step), steps = _mcmc.log_kappa_mh(
         keys,
         log_kappa,
         current,
         (log_c_kappa, log_c_norm),
         log_step,
         target,
-        adapt,
+        gain=adapt * _mcmc.ADAPT_GAIN,
         log_kappa_max=np.log(KAPPA_MAX),
-        target_accept=_mcmc.TARGET_ACCEPT,
     )
-    accept = accept_prob.mean(axis=0)
+    accept = steps.accept_prob.mean(axis=0)
     if shared:
         log_kappa, log_step, accept = (
             jnp.broadcast_to(a, (n_components,)) for a in (log_kappa, log_step, accept)

@@ -285,7 +285,11 @@ def _broadcast(state, *arrays):
 
 
 def _mh_chains(rng_key, state, weight, dot, m, s2, d, num_samples, num_warmup, step_size):
-    """Random-walk MH on log kappa; return the retained draws, their log C_d, acceptance."""
+    """Random-walk MH on log kappa; return the retained draws, their log C_d, acceptance.
+
+    The steps are :func:`bayesvmf._mcmc.log_kappa_mh` (the Gibbs samplers' update), with
+    this scheme's start, gains and acceptance test (module docstring).
+    """
     state = jnp.asarray(state, jnp.float64)
     weight, dot, m, s2 = _broadcast(state, weight, dot, m, s2)
     # start at the mode: the draws are then a function of the target (and of the key) alone,
@@ -300,33 +304,27 @@ def _mh_chains(rng_key, state, weight, dot, m, s2, d, num_samples, num_warmup, s
         # overflowing kappa gives nan or inf: such proposals are rejected
         return jnp.where(jnp.isnan(lp), -jnp.inf, lp), log_c
 
-    def step(carry, inputs):
-        t, lp, log_c, log_scale = carry
-        key, gain, move = inputs
-        key_prop, key_accept = jax.random.split(key)
-        proposal = t + move * jnp.exp(log_scale) * jax.random.normal(key_prop, t.shape)
-        lp_proposal, log_c_proposal = target(proposal)
-        log_ratio = lp_proposal - lp
-        log_ratio = jnp.where(jnp.isnan(log_ratio), -jnp.inf, log_ratio)
-        log_u = jnp.log(jax.random.uniform(key_accept, t.shape))
-        accept = log_u < log_ratio
-        t = jnp.where(accept, proposal, t)
-        lp = jnp.where(accept, lp_proposal, lp)
-        log_c = jnp.where(accept, log_c_proposal, log_c)
-        # warm-up only (gain 0 afterwards): Robbins-Monro on the acceptance probability
-        accept_prob = jnp.exp(jnp.minimum(log_ratio, 0.0))
-        log_scale = log_scale + gain * (accept_prob - TARGET_ACCEPT)
-        return (t, lp, log_c, log_scale), (t, log_c, accept)
-
     # step 0 "proposes" the start itself (move = 0) from lp = -inf: it evaluates the target
-    # at the start inside the scan (one call site of the special functions, not two)
+    # at the start inside the scan (one call site of the special functions, not two); the
+    # warm-up steps adapt the log scale with the Robbins-Monro gains 1/sqrt(i), the retained
+    # ones with gain 0
     total = 1 + num_warmup + num_samples
     keys = jax.random.split(rng_key, total)
     index = jnp.arange(total, dtype=jnp.float64) - 1.0
     gains = jnp.where((index >= 0) & (index < num_warmup), 1.0 / jnp.sqrt(index + 1.0), 0.0)
     moves = jnp.where(index >= 0, 1.0, 0.0)
-    init = (start, jnp.full_like(start, -jnp.inf), jnp.zeros_like(start), jnp.log(scale))
-    _, (draws, log_c, accepted) = jax.lax.scan(step, init, (keys, gains, moves))
+    _, steps = _mcmc.log_kappa_mh(
+        keys,
+        start,
+        jnp.full_like(start, -jnp.inf),
+        jnp.zeros_like(start),
+        jnp.log(scale),
+        target,
+        gain=gains,
+        move=moves,
+        log_uniform=True,
+    )
+    draws, log_c, accepted = steps.log_kappa, steps.aux, steps.accepted
     kept = slice(1 + num_warmup, None)
     accept_rate = jnp.mean(accepted[kept].astype(jnp.float64), axis=0)
     return draws[kept], log_c[kept], accept_rate

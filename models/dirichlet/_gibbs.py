@@ -167,19 +167,19 @@ def gibbs_kappa_update(
         return density, ()
 
     log_kappa = jnp.log(state.kappa)
-    (log_kappa, _, _, log_step), accept_prob = _mcmc.log_kappa_mh(
+    (log_kappa, _, _, log_step), steps = _mcmc.log_kappa_mh(
         keys,
         log_kappa,
         target(log_kappa)[0],
         (),
         state.log_step,
         target,
-        adapt,
+        gain=adapt * _mcmc.ADAPT_GAIN,
         log_kappa_max=jnp.log(hyper.kappa_max),
-        target_accept=_mcmc.TARGET_ACCEPT,
         shared=shared_kappa,
     )
-    return state._replace(kappa=jnp.exp(log_kappa), log_step=log_step), accept_prob.mean(axis=0)
+    accept = steps.accept_prob.mean(axis=0)
+    return state._replace(kappa=jnp.exp(log_kappa), log_step=log_step), accept
 
 
 def collapsed_log_joint(state: GibbsState, hyper: GibbsHyper, d: int, shared_kappa: bool = False):
