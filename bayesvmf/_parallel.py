@@ -707,7 +707,7 @@ def split_merge(data, mu, max_passes):
     L_jk = |r_j| + |r_k| - |r_j + r_k|, and the split that gains most (:func:`split_gains`,
     cluster c not j or k) are proposed when the split gains more than the merge loses; the
     moved directions are refined by :func:`spherical_kmeans` and kept only if they raise
-    the objective by more than :data:`bayesvmf.HARD_RTOL` relative (the
+    the objective by more than :data:`HARD_RTOL` relative (the
     split-and-merge moves of Ueda et al., Neural Computation 12 (2000) 2109-2128, on the
     hard objective). At a good optimum the merge of two true clusters loses far more than
     any split gains, and no move is made; at most K moves are made.
