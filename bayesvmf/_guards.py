@@ -17,6 +17,15 @@ restart among the healthy ones (a bound that rose *because* a run collapsed neve
 the components and what to try, and :func:`report` sets the fitted attributes
 ``n_occupied_components_``, ``largest_share_``, ``degenerate_components_`` and
 ``n_degenerate_restarts_``.
+
+Reseeding happens where it keeps the algorithm's objective monotone: in the start. The
+split-and-merge moves that follow the hard k-means passes (:func:`bayesvmf._parallel.split_merge`,
+the start of the sparse, B- and T-vMFmix models) merge the two clusters whose merge loses
+least (an empty cluster loses nothing, a single-row one little) and split the cluster that
+gains most, kept only if the k-means objective rises (tests: an empty cluster and a far
+row's own cluster are reseeded). Once EM or VI runs, degenerate components are
+diagnosed and warned about, not reseeded: a reseed would break the monotone bound (measured
+for the Dirichlet model, ``models/dirichlet/_degeneracy.py``).
 """
 
 from __future__ import annotations

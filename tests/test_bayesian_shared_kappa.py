@@ -218,6 +218,12 @@ def test_partial_fit_guard_single_row_component(outlier):
     far = int(model.predict(X[-1:])[0])
     assert re.match("BayesianVMFMixture: " + ONE_ROW.format(far), message), message
     assert model.degenerate_components_.tolist() == [far]
+    # the default start reseeds that component (bayesvmf._guards: the split-and-merge moves)
+    model = BayesianVMFMixture(K, kappa_update="bounding", max_iter=3, random_state=1)
+    with warnings.catch_warnings(record=True) as caught:
+        _quiet(model.partial_fit, X, n_samples=X.shape[0])
+    assert not [w for w in caught if w.category is DegenerateRunWarning]
+    assert model.degenerate_components_.tolist() == []
 
 
 def test_hierarchical_guard_single_row_leaf(outlier):

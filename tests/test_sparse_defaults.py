@@ -294,3 +294,21 @@ def test_fits_seeded_from_a_subsample_find_the_clusters_without_recompiling(spar
     second = SparseVMFMixture(8, random_state=1).fit(X)
     assert adjusted_rand_score(y, second.labels_) == 1.0
     assert {k: v for k, v in _mixture.TRACE_COUNTS.items() if v != before.get(k)} == {}
+
+
+def test_split_merge_reseeds_an_empty_cluster():
+    """A direction far from every row (a seed no row is closest to) has an empty cluster,
+    and one direction covers the true clusters 2 and 3: Lloyd's passes keep both (an empty
+    cluster keeps its direction). Merging the empty cluster loses nothing, so the moves
+    reseed it by splitting the shared cluster: the degenerate start is repaired before EM or
+    VI (where a reseed would break the monotone bound, so none is made there)."""
+    X, y = four_axes(np.random.default_rng(5))
+    mu = np.array([X[y == 0].sum(0), X[y == 1].sum(0), X[y >= 2].sum(0), np.eye(6)[5]])
+    mu /= np.linalg.norm(mu, axis=1, keepdims=True)
+    with jax.enable_x64(True):
+        data = _data.to_device(X)
+        lloyd = np.asarray(S.spherical_kmeans(data, mu, np.int64(50)))
+        assert np.bincount(np.argmax(X @ lloyd.T, axis=1), minlength=4)[3] == 0  # empty
+        moved, moves = S.split_merge(data, jax.numpy.asarray(lloyd), np.int64(50))
+    assert int(moves) >= 1
+    assert adjusted_rand_score(y, np.argmax(X @ np.asarray(moved).T, axis=1)) == 1.0
