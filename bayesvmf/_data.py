@@ -18,7 +18,9 @@ docs/design.md section 5 itself); elsewhere they are sorted ``segment_sum`` prog
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import os
 import weakref
 from typing import NamedTuple
 
@@ -189,6 +191,13 @@ _HOST_BLOCKS: dict[int, sp.csr_matrix] = {}
 _NEXT_HANDLE = iter(range(1, 2**31))
 
 
+def _release(handle: int) -> None:
+    """Forget a host block and its row blocks (:func:`_row_blocks`)."""
+    _HOST_BLOCKS.pop(handle, None)
+    for key in [k for k in _ROW_BLOCKS if k[0] == handle]:
+        _ROW_BLOCKS.pop(key, None)
+
+
 class _HostAnchor:
     """Owns the registry entry of one host CSR block and the memory of its int32 handle.
 
@@ -205,7 +214,7 @@ class _HostAnchor:
         self._memory = raw[start : start + 1]
         self._memory[0] = handle
         self.__array_interface__ = self._memory.__array_interface__
-        weakref.finalize(self, _HOST_BLOCKS.pop, handle, None)
+        weakref.finalize(self, _release, handle)
 
 
 def register_host_block(block: sp.csr_matrix) -> tuple[np.ndarray, _HostAnchor]:
@@ -442,11 +451,70 @@ def _host_product(handle, B, *, shape, transpose, bits):
     for start in range(0, B.shape[0], group):
         part = B[start : start + group]
         B2 = np.moveaxis(part, 0, 1).reshape(r, -1)
-        out = np.asarray(A.T @ B2 if transpose else A @ B2)
+        out = _threaded_product(handle[0], A, B2, transpose)
         parts.append(np.moveaxis(out.reshape(out.shape[0], -1, m), 1, 0))
     out = parts[0] if len(parts) == 1 else np.concatenate(parts)
     out = np.ascontiguousarray(out.reshape(*lead, *out.shape[-2:]), dtype=A.dtype)
     return out.view(np.uint32).reshape(*out.shape, 2) if bits else out
+
+
+#: Threads of the "scipy" kernel's products. SciPy's CSR kernels release the GIL, so the
+#: rows of X, cut into blocks of about equal numbers of nonzeros, are multiplied side by
+#: side: for ``X @ B`` each block gives its rows of the result, for ``X.T @ R`` a partial
+#: sum, the partial sums added in block order (the result does not depend on scheduling).
+#: Measured on 2 cores (16,000 x 26,214 tf-idf, 1.44M nonzeros, 20 float32 columns): X @ B
+#: 6.0 -> 3.2 ms, X.T @ R 5.4 -> 3.0 ms; 4,000 of its rows (360,000 nonzeros) 1.48 -> 0.83
+#: ms, 500 rows (45,000) 0.19 -> 0.16 ms.
+PRODUCT_THREADS = min(
+    8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+)
+
+#: Matrices with fewer nonzeros are multiplied in one thread (the break-even measured above
+#: lies below 45,000 nonzeros).
+THREADED_MIN_NNZ = 65_536
+
+#: (handle, threads) -> [(first row, end row, CSR block)]: the row blocks of a host matrix.
+_ROW_BLOCKS: dict[tuple[int, int], list] = {}
+_POOL: list = []  # [(pid, ThreadPoolExecutor)]: one pool per process (not inherited by fork)
+
+
+def _row_blocks(handle: int, A: sp.csr_matrix, threads: int) -> list:
+    """Cut ``A`` into ``threads`` row blocks of about equal nnz (views of its arrays)."""
+    key = (int(handle), threads)
+    if key not in _ROW_BLOCKS:
+        cuts = np.searchsorted(A.indptr, np.linspace(0, A.nnz, threads + 1)[1:-1])
+        bounds = [0, *sorted({int(c) for c in cuts if 0 < c < A.shape[0]}), A.shape[0]]
+        blocks = []
+        for first, end in zip(bounds[:-1], bounds[1:], strict=True):
+            lo, hi = A.indptr[first], A.indptr[end]
+            indptr = A.indptr[first : end + 1] - lo
+            block = sp.csr_matrix(
+                (A.data[lo:hi], A.indices[lo:hi], indptr), shape=(end - first, A.shape[1])
+            )
+            blocks.append((first, end, block))
+        _ROW_BLOCKS[key] = blocks
+    return _ROW_BLOCKS[key]
+
+
+def _pool(threads: int):
+    """Return this process's thread pool of the products (at least ``threads`` workers)."""
+    pid = os.getpid()
+    if not _POOL or _POOL[0][0] != pid or _POOL[0][1]._max_workers < threads:
+        _POOL[:] = [(pid, concurrent.futures.ThreadPoolExecutor(threads, "bayesvmf-csr"))]
+    return _POOL[0][1]
+
+
+def _threaded_product(handle: int, A: sp.csr_matrix, B: np.ndarray, transpose: bool):
+    """Return ``A @ B`` or ``A.T @ B``, the rows of A in :data:`PRODUCT_THREADS` blocks."""
+    threads = PRODUCT_THREADS if A.nnz >= THREADED_MIN_NNZ else 1
+    if threads <= 1:
+        return np.asarray(A.T @ B if transpose else A @ B)
+    blocks = _row_blocks(handle, A, threads)
+    if transpose:
+        outs = list(_pool(threads).map(lambda b: np.asarray(b[2].T @ B[b[0] : b[1]]), blocks))
+        return functools.reduce(np.add, outs)
+    outs = list(_pool(threads).map(lambda b: np.asarray(b[2] @ B), blocks))
+    return np.concatenate(outs)
 
 
 #: Largest (d, columns) dense side of one SciPy product: restarts beyond it get products of

@@ -88,6 +88,37 @@ def test_scipy_products_in_groups_of_restarts(X, dense_bytes, monkeypatch):
     np.testing.assert_allclose(got_tdot, np.einsum("nd,bnk->bdk", X, Rs), rtol=1e-13, atol=1e-14)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_scipy_products_in_threads_of_row_blocks(threads, monkeypatch):
+    """The "scipy" kernel multiplies row blocks of about equal nnz side by side: X @ B has
+    exactly the rows of one product, X.T @ R the same sums up to rounding, and the blocks
+    are forgotten with their host matrix."""
+    import gc
+
+    monkeypatch.setattr(_data, "PRODUCT_THREADS", threads)
+    monkeypatch.setattr(_data, "THREADED_MIN_NNZ", 0)
+    rng = np.random.default_rng(8)
+    dense = sp.random(61, 9, density=0.4, random_state=rng).toarray()
+    dense[:5] = 0.0  # empty rows at a block's start
+    A = sp.csr_matrix(dense)
+    M, R = rng.normal(size=(9, 4)), rng.normal(size=(61, 4))
+    with jax.enable_x64(True):
+        data = _data.to_device(A, kernel="scipy")
+        handle = data.handle
+        key = int(np.asarray(handle)[0])
+        dot = _data._host_product(handle, M, shape=A.shape, transpose=False, bits=False)
+        tdot = _data._host_product(handle, R, shape=A.shape, transpose=True, bits=False)
+        blocks = _data._ROW_BLOCKS.get((key, threads), [])
+        del data, handle
+        gc.collect()
+    np.testing.assert_array_equal(dot, A @ M)
+    np.testing.assert_allclose(tdot, A.T @ R, rtol=1e-14, atol=1e-14)
+    if threads > 1:
+        assert [b[0] for b in blocks][0] == 0 and blocks[-1][1] == 61
+        assert sum(b[2].nnz for b in blocks) == A.nnz and len(blocks) == threads
+    assert not [k for k in _data._ROW_BLOCKS if k[0] == key]
+
+
 def test_e_step_matches_direct_formula(X):
     rng = np.random.default_rng(2)
     mu = rng.normal(size=(K, D))
