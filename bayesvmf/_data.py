@@ -194,8 +194,7 @@ _NEXT_HANDLE = iter(range(1, 2**31))
 def _release(handle: int) -> None:
     """Forget a host block and its row blocks (:func:`_row_blocks`)."""
     _HOST_BLOCKS.pop(handle, None)
-    for key in [k for k in _ROW_BLOCKS if k[0] == handle]:
-        _ROW_BLOCKS.pop(key, None)
+    _ROW_BLOCKS.pop(handle, None)
 
 
 class _HostAnchor:
@@ -458,31 +457,31 @@ def _host_product(handle, B, *, shape, transpose, bits):
     return out.view(np.uint32).reshape(*out.shape, 2) if bits else out
 
 
-#: Threads of the "scipy" kernel's products. SciPy's CSR kernels release the GIL, so the
-#: rows of X, cut into blocks of about equal numbers of nonzeros, are multiplied side by
-#: side: for ``X @ B`` each block gives its rows of the result, for ``X.T @ R`` a partial
-#: sum, the partial sums added in block order (the result does not depend on scheduling).
-#: Measured on 2 cores (16,000 x 26,214 tf-idf, 1.44M nonzeros, 20 float32 columns): X @ B
-#: 6.0 -> 3.2 ms, X.T @ R 5.4 -> 3.0 ms; 4,000 of its rows (360,000 nonzeros) 1.48 -> 0.83
-#: ms, 500 rows (45,000) 0.19 -> 0.16 ms.
-PRODUCT_THREADS = min(
-    8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-)
+#: Row blocks of the "scipy" kernel's products. SciPy's CSR kernels release the GIL, so the
+#: rows of X, cut into this many blocks of about equal numbers of nonzeros, are multiplied
+#: side by side: for ``X @ B`` each block gives its rows of the result, for ``X.T @ R`` a
+#: partial sum, the partial sums added in block order. The number of blocks is fixed, not
+#: taken from the machine, so that a fit gives the same numbers on any number of cores (the
+#: blocks run on min(PRODUCT_BLOCKS, cores) threads). Measured on 2 cores (16,000 x 26,214
+#: tf-idf, 1.44M nonzeros, 20 float32 columns): X @ B 6.0 -> 3.2 ms, X.T @ R 5.4 -> 3.0 ms;
+#: 4,000 of its rows (360,000 nonzeros) 1.48 -> 0.83 ms, 500 rows (45,000) 0.19 -> 0.16 ms.
+PRODUCT_BLOCKS = 2
 
-#: Matrices with fewer nonzeros are multiplied in one thread (the break-even measured above
+#: Matrices with fewer nonzeros are multiplied in one block (the break-even measured above
 #: lies below 45,000 nonzeros).
 THREADED_MIN_NNZ = 65_536
 
-#: (handle, threads) -> [(first row, end row, CSR block)]: the row blocks of a host matrix.
-_ROW_BLOCKS: dict[tuple[int, int], list] = {}
+#: handle -> {number of blocks: [(first row, end row, CSR block)]}: the row blocks of a host
+#: matrix (views of its arrays), released with it (:func:`_release`).
+_ROW_BLOCKS: dict[int, dict[int, list]] = {}
 _POOL: list = []  # [(pid, ThreadPoolExecutor)]: one pool per process (not inherited by fork)
 
 
-def _row_blocks(handle: int, A: sp.csr_matrix, threads: int) -> list:
-    """Cut ``A`` into ``threads`` row blocks of about equal nnz (views of its arrays)."""
-    key = (int(handle), threads)
-    if key not in _ROW_BLOCKS:
-        cuts = np.searchsorted(A.indptr, np.linspace(0, A.nnz, threads + 1)[1:-1])
+def _row_blocks(handle: int, A: sp.csr_matrix, n_blocks: int) -> list:
+    """Cut ``A`` into ``n_blocks`` row blocks of about equal nnz (views of its arrays)."""
+    cached = _ROW_BLOCKS.setdefault(int(handle), {})
+    if n_blocks not in cached:
+        cuts = np.searchsorted(A.indptr, np.linspace(0, A.nnz, n_blocks + 1)[1:-1])
         bounds = [0, *sorted({int(c) for c in cuts if 0 < c < A.shape[0]}), A.shape[0]]
         blocks = []
         for first, end in zip(bounds[:-1], bounds[1:], strict=True):
@@ -492,29 +491,35 @@ def _row_blocks(handle: int, A: sp.csr_matrix, threads: int) -> list:
                 (A.data[lo:hi], A.indices[lo:hi], indptr), shape=(end - first, A.shape[1])
             )
             blocks.append((first, end, block))
-        _ROW_BLOCKS[key] = blocks
-    return _ROW_BLOCKS[key]
+        cached[n_blocks] = blocks
+    return cached[n_blocks]
 
 
-def _pool(threads: int):
-    """Return this process's thread pool of the products (at least ``threads`` workers)."""
+def _pool():
+    """Return this process's thread pool of the products."""
     pid = os.getpid()
-    if not _POOL or _POOL[0][0] != pid or _POOL[0][1]._max_workers < threads:
-        _POOL[:] = [(pid, concurrent.futures.ThreadPoolExecutor(threads, "bayesvmf-csr"))]
+    if not _POOL or _POOL[0][0] != pid:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        workers = max(1, min(PRODUCT_BLOCKS, cores or os.cpu_count() or 1))
+        _POOL[:] = [(pid, concurrent.futures.ThreadPoolExecutor(workers, "bayesvmf-csr"))]
     return _POOL[0][1]
 
 
 def _threaded_product(handle: int, A: sp.csr_matrix, B: np.ndarray, transpose: bool):
-    """Return ``A @ B`` or ``A.T @ B``, the rows of A in :data:`PRODUCT_THREADS` blocks."""
-    threads = PRODUCT_THREADS if A.nnz >= THREADED_MIN_NNZ else 1
-    if threads <= 1:
+    """Return ``A @ B`` or ``A.T @ B``, the rows of A in :data:`PRODUCT_BLOCKS` blocks."""
+    n_blocks = PRODUCT_BLOCKS if A.nnz >= THREADED_MIN_NNZ else 1
+    if n_blocks <= 1:
         return np.asarray(A.T @ B if transpose else A @ B)
-    blocks = _row_blocks(handle, A, threads)
+    blocks = _row_blocks(handle, A, n_blocks)
     if transpose:
-        outs = list(_pool(threads).map(lambda b: np.asarray(b[2].T @ B[b[0] : b[1]]), blocks))
-        return functools.reduce(np.add, outs)
-    outs = list(_pool(threads).map(lambda b: np.asarray(b[2] @ B), blocks))
-    return np.concatenate(outs)
+        futures = [_pool().submit(lambda b: np.asarray(b[2].T @ B[b[0] : b[1]]), b) for b in blocks]
+    else:
+        futures = [_pool().submit(lambda b: np.asarray(b[2] @ B), b) for b in blocks]
+    # every block finishes before this returns, even when one raises: under the custom call
+    # B is a view of an XLA buffer, which may be freed once the call returns
+    concurrent.futures.wait(futures)
+    outs = [f.result() for f in futures]
+    return functools.reduce(np.add, outs) if transpose else np.concatenate(outs)
 
 
 #: Largest (d, columns) dense side of one SciPy product: restarts beyond it get products of

@@ -65,8 +65,10 @@ def shared_initial_labels(X, n_components: int, seed: int = 0) -> np.ndarray:
     """Return the shared initial partition: one spherical k-means++ seeding, then assignment.
 
     The first seed is a uniform row; each next seed is a row drawn with probability
-    proportional to its cosine dissimilarity to the closest seed so far; every row then goes
-    to its closest seed by cosine.
+    proportional to its cosine dissimilarity to the closest seed so far (from a uniform
+    subsample of the rows of dense data larger than max(4096, 128 K) rows,
+    :func:`bayesvmf._mixture.seeding_sample`); every row then goes to its closest seed by
+    cosine.
 
     Parameters
     ----------

@@ -125,7 +125,7 @@ def test_temporal_initial_statistics_are_seeds_then_lloyd(sample, init, passes):
     np.testing.assert_array_equal(np.asarray(stats.resp_sum), counts)
 
 
-def test_large_sparse_data_seeded_from_a_subsample():
+def test_large_sparse_data_seeded_from_a_subsample(monkeypatch):
     """4,400 sparse rows, more than the 4,096 the seeding draws from (on the host, shared by
     the restarts): B-vMFmix's start still finds all eight clusters, and a fit with another
     seed (another subsample) runs the programs compiled for the first."""
@@ -137,9 +137,21 @@ def test_large_sparse_data_seeded_from_a_subsample():
     y = rng.integers(0, 8, 4400)
     X = sp.csr_matrix(np.abs(centres[y] + 0.05 * rng.normal(size=(4400, 40))) * (centres[y] > 0.05))
     with jax.enable_x64(True):
-        data = _data.to_device(X)
+        data = _data.to_device(X, kernel="scipy")
         assert _mixture.host_seeding_sample(jax.random.key(0), data, 8).shape == (4096, 40)
+    if jax.default_backend() != "cpu":
+        pytest.skip("the accelerator's sparse kernel seeds on all rows")
+    drawn = []
+    original = _mixture.host_seeding_sample
+
+    def spy(key, data, k):
+        sample = original(key, data, k)
+        drawn.append(None if sample is None else sample.shape[0])
+        return sample
+
+    monkeypatch.setattr(_mixture, "host_seeding_sample", spy)
     first = BayesianVMFMixture(8, random_state=0).fit(X)
+    assert drawn == [4096]
     assert adjusted_rand_score(y, first.labels_) == 1.0
     before = dict(_mixture.TRACE_COUNTS)
     second = BayesianVMFMixture(8, random_state=1).fit(X)

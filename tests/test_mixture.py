@@ -88,14 +88,14 @@ def test_scipy_products_in_groups_of_restarts(X, dense_bytes, monkeypatch):
     np.testing.assert_allclose(got_tdot, np.einsum("nd,bnk->bdk", X, Rs), rtol=1e-13, atol=1e-14)
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_scipy_products_in_threads_of_row_blocks(threads, monkeypatch):
+@pytest.mark.parametrize("n_blocks", [1, 2, 3])
+def test_scipy_products_in_row_blocks(n_blocks, monkeypatch):
     """The "scipy" kernel multiplies row blocks of about equal nnz side by side: X @ B has
     exactly the rows of one product, X.T @ R the same sums up to rounding, and the blocks
     are forgotten with their host matrix."""
     import gc
 
-    monkeypatch.setattr(_data, "PRODUCT_THREADS", threads)
+    monkeypatch.setattr(_data, "PRODUCT_BLOCKS", n_blocks)
     monkeypatch.setattr(_data, "THREADED_MIN_NNZ", 0)
     rng = np.random.default_rng(8)
     dense = sp.random(61, 9, density=0.4, random_state=rng).toarray()
@@ -108,15 +108,37 @@ def test_scipy_products_in_threads_of_row_blocks(threads, monkeypatch):
         key = int(np.asarray(handle)[0])
         dot = _data._host_product(handle, M, shape=A.shape, transpose=False, bits=False)
         tdot = _data._host_product(handle, R, shape=A.shape, transpose=True, bits=False)
-        blocks = _data._ROW_BLOCKS.get((key, threads), [])
+        blocks = _data._ROW_BLOCKS.get(key, {}).get(n_blocks, [])
+        assert (key in _data._ROW_BLOCKS) == (n_blocks > 1)
         del data, handle
         gc.collect()
     np.testing.assert_array_equal(dot, A @ M)
     np.testing.assert_allclose(tdot, A.T @ R, rtol=1e-14, atol=1e-14)
-    if threads > 1:
-        assert [b[0] for b in blocks][0] == 0 and blocks[-1][1] == 61
-        assert sum(b[2].nnz for b in blocks) == A.nnz and len(blocks) == threads
-    assert not [k for k in _data._ROW_BLOCKS if k[0] == key]
+    if n_blocks > 1:
+        assert blocks[0][0] == 0 and blocks[-1][1] == 61 and len(blocks) == n_blocks
+        assert sum(b[2].nnz for b in blocks) == A.nnz
+    assert key not in _data._ROW_BLOCKS
+
+
+def test_fit_with_products_in_row_blocks_equals_one_block(monkeypatch):
+    """A whole fit on "scipy"-kernel data, its products in two row blocks inside the
+    compiled programs (the custom call and the thread pool), equals the fit with one block
+    to rounding: the same labels and parameters."""
+    from bayesvmf.models import SparseVMFMixture
+
+    rng = np.random.default_rng(9)
+    centres = np.abs(rng.normal(size=(3, 12))) * (rng.random((3, 12)) < 0.5) + 0.05
+    y = rng.integers(0, 3, 300)
+    Xs = sp.csr_matrix(np.abs(centres[y] + 0.1 * rng.normal(size=(300, 12))) * (centres[y] > 0.1))
+    fits = []
+    for n_blocks in (1, 2):
+        monkeypatch.setattr(_data, "PRODUCT_BLOCKS", n_blocks)
+        monkeypatch.setattr(_data, "THREADED_MIN_NNZ", 0)
+        fits.append(SparseVMFMixture(3, dtype="float64", random_state=0).fit(Xs))
+    one, two = fits
+    np.testing.assert_array_equal(two.labels_, one.labels_)
+    np.testing.assert_allclose(two.mean_directions_, one.mean_directions_, atol=1e-12)
+    np.testing.assert_allclose(two.concentrations_, one.concentrations_, rtol=1e-10)
 
 
 def test_e_step_matches_direct_formula(X):

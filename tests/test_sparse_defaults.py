@@ -275,7 +275,7 @@ def test_split_merge_keeps_a_good_optimum():
 
 
 @pytest.mark.parametrize("sparse", [False, True])
-def test_fits_seeded_from_a_subsample_find_the_clusters_without_recompiling(sparse):
+def test_fits_seeded_from_a_subsample_find_the_clusters_without_recompiling(sparse, monkeypatch):
     """4,400 rows (more than the 4,096 that seeding draws from, dense rows inside the
     program, sparse ones on the host): the subsampled start finds all eight clusters, and a
     fit with another seed (another subsample) runs the programs compiled for the first."""
@@ -283,12 +283,26 @@ def test_fits_seeded_from_a_subsample_find_the_clusters_without_recompiling(spar
 
     from bayesvmf import _mixture
 
+    drawn = []  # the number of rows of every subsample drawn
+    for name in ("seeding_sample", "host_seeding_sample"):
+        original = getattr(_mixture, name)
+
+        def spy(key, data, k, original=original):
+            sample = original(key, data, k)
+            if sample is not None and sample is not data:
+                drawn.append(sample.shape[0])
+            return sample
+
+        monkeypatch.setattr(_mixture, name, spy)
     rng = np.random.default_rng(11)
     centres = np.abs(rng.normal(size=(8, 40))) * (rng.random((8, 40)) < 0.3) + 0.02
     y = rng.integers(0, 8, 4400)
     X = np.abs(centres[y] + 0.05 * rng.normal(size=(4400, 40))) * (centres[y] > 0.05)
     X = sp.csr_matrix(X) if sparse else X
     first = SparseVMFMixture(8, random_state=0).fit(X)
+    if sparse and jax.default_backend() != "cpu":
+        pytest.skip("the accelerator's sparse kernel seeds on all rows")
+    assert drawn and set(drawn) == {4096}
     assert adjusted_rand_score(y, first.labels_) == 1.0
     before = dict(_mixture.TRACE_COUNTS)
     second = SparseVMFMixture(8, random_state=1).fit(X)

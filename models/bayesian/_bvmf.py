@@ -105,8 +105,11 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         settled), then split-and-merge moves that leave the passes' local optima
         (:func:`bayesvmf._parallel.split_merge`, each followed by at most ``kmeans_iter``
         passes): the start of :class:`~bayesvmf.models.SparseVMFMixture`. The initial
-        assignment is the final partition. 0 assigns the rows to the seeds (earlier
-        versions: ``init="spherical-kmeans++", kmeans_iter=0``). Ignored when ``init`` is an
+        assignment is the final partition. On data of more than max(4096, 128 K) rows (dense,
+        or sparse on one CPU device) the seeds are drawn from, and first refined on, a uniform
+        subsample of that many rows (:func:`bayesvmf._parallel.seeds`). 0 assigns the rows to
+        the seeds (earlier versions, on data of at most that many rows:
+        ``init="spherical-kmeans++", kmeans_iter=0``). Ignored when ``init`` is an
         array of labels.
     n_init : int, default 1
         VI restarts, run side by side (vmapped); among the restarts that did not degenerate
@@ -140,7 +143,9 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         per device (``jax.sharding``; padding rows weigh 0); every device computes q(z) of
         its rows and their statistics (N_k, r_k, the entropy of q(z)), which are added with
         ``psum``; the global updates (q(pi), q(mu), q(kappa), empirical Bayes) run
-        replicated. The result equals the one-device fit to floating-point accuracy. An int
+        replicated. The result equals the one-device fit to floating-point accuracy (except
+        the seeds of sparse data of more than max(4096, 128 K) rows: one CPU device draws
+        them from a subsample, row blocks from all rows; docs/design.md section 6). An int
         n means the first n of ``jax.devices()``; None is the default device. ``fit``,
         ``fit_predict`` and ``partial_fit`` shard; ``predict``, ``score_samples`` etc. run
         on the default device. VI only: a collapsed Gibbs sweep visits the rows one after

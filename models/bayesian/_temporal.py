@@ -148,7 +148,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         :class:`~bayesvmf.models.BayesianVMFMixture`.
     kmeans_iter : int, default 20
         Hard spherical k-means passes, then split-and-merge moves, refining the seeds before
-        VI, as in :class:`~bayesvmf.models.BayesianVMFMixture` (0: the seeds themselves, the
+        VI, as in :class:`~bayesvmf.models.BayesianVMFMixture` (seeds of large data drawn
+        from a subsample; 0: the seeds themselves, the
         behaviour of earlier versions with ``init="spherical-kmeans++"``).
     n_init, max_iter, tol, kappa_num_samples, kappa_num_steps, normalize, random_state, verbose
         As in :class:`._hierarchical.HierarchicalVMFMixture`.
@@ -159,7 +160,9 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         (N_tk, r_tk, the entropy of q(z)), which are added with ``psum``; the initial seeds
         are drawn as on one device and each device assigns its own rows; the updates of
         q(pi), q(mu_tk), q(kappa_k) and empirical Bayes run replicated. The result equals
-        the one-device fit to floating-point accuracy. An int n means the first n of
+        the one-device fit to floating-point accuracy (except the seeds of sparse data of
+        more than max(4096, 128 K) rows: one CPU device draws them from a subsample, row
+        blocks from all rows; docs/design.md section 6). An int n means the first n of
         ``jax.devices()``; None is the default device. ``fit`` and ``fit_predict`` shard;
         ``predict``, ``score_samples`` etc. run on the default device.
 

@@ -385,8 +385,8 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     seeds are first refined by at most that many hard spherical k-means passes
     (:func:`spherical_kmeans`), then by the split-and-merge moves of :func:`split_merge`
     (which leave the local optima of an unlucky seeding), and mu_k are the normalised
-    resultants of the final partition. Data of more than a few thousand rows (dense, or
-    sparse on the CPU kernel) are seeded from a uniform subsample
+    resultants of the final partition. Data of more than max(4096, 128 K) rows (dense; or
+    sparse on the CPU kernel, not in row blocks) are seeded from a uniform subsample
     (:func:`bayesvmf._mixture.seeding_sample`, :func:`~bayesvmf._mixture.host_seeding_sample`;
     all restarts share the sparse one), where the
     seeds get the same refinement first: coarse to fine, most moves then cost passes over

@@ -82,7 +82,9 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         earlier versions); "spherical-kmeans++" seeds by k-means++ on the cosine
         dissimilarity; "greedy-spherical-kmeans++" keeps the best of 2 + floor(ln K)
         candidates per seed (the seeding of scikit-learn's KMeans;
-        benchmarks/results/scale.md compares them).
+        benchmarks/results/scale.md compares them). On data of more than
+        max(4096, 128 K) rows (dense, or sparse on one CPU device) every method draws from a
+        uniform subsample of that many rows (:func:`bayesvmf._mixture.seeding_sample`).
         An array of labels in ``[0, K)`` (every component used) starts EM from that
         partition (its M-step, see :func:`init_state_from_labels`), so that several
         estimators can start from the same assignments; ``n_init`` is then ignored (one
@@ -95,8 +97,10 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         merged and the direction that covers two clusters is split, each move kept only if
         it raises the spherical k-means objective), which leave the local optima an unlucky
         seeding falls into (benchmarks/results/vs_sklearn.md); EM then starts from the
-        M-step of the final partition. 0 starts EM at the seeds (Algorithm 4 of [1]_, the
-        behaviour of earlier versions). Ignored when ``init`` is an array of labels.
+        M-step of the final partition; on data seeded from a subsample the seeds get the
+        same refinement there first. 0 starts EM at the seeds (Algorithm 4 of [1]_, the
+        behaviour of earlier versions on data of at most max(4096, 128 K) rows). Ignored
+        when ``init`` is an array of labels.
     kappa_max : float, default 1e6
         Concentration cap (appendix B of [1]_); reaching it marks the run as collapsed.
     normalize : bool, default True
@@ -119,7 +123,9 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         block per device (``jax.sharding``; padding rows carry weight 0), every device
         computes the E-step statistics of its rows (counts, resultants, log-likelihood),
         which are summed with ``psum``; the M-step runs replicated. The result equals the
-        one-device fit to floating-point accuracy. An int n means the first n of
+        one-device fit to floating-point accuracy (except the seeds of sparse data of more
+        than max(4096, 128 K) rows: one CPU device draws them from a subsample, row blocks
+        from all rows; docs/design.md section 6). An int n means the first n of
         ``jax.devices()``; None is the default device. ``fit``, ``fit_predict`` and
         ``partial_fit`` shard; ``predict``, ``score`` etc. run on the default device.
     learning_decay : float in (0.5, 1], default 0.7
