@@ -5,7 +5,8 @@ Gibbs algorithms of ``models/bayesian/`` and ``models/dirichlet/``) touches the 
 the same two products (docs/design.md section 2), the log-likelihood matrix ``X @ mu.T``
 (n x K) and the resultants ``resp.T @ X`` (K x d), which live in the data layer
 (:mod:`bayesvmf._data`). This module holds the log-space responsibilities, the kappa solve,
-the initialisations, the restart rule and the scikit-learn-style mixture base class.
+the crisp statistics of a start (the seedings are in :mod:`bayesvmf._seeding`), the restart
+rule and the scikit-learn-style mixture base class.
 
 Symbols (code name <-> paper):
 
@@ -30,15 +31,11 @@ References
    prototypes", Neurocomputing (journal version of the ESANN 2021 paper).
 .. [2] A. Banerjee, I. S. Dhillon, J. Ghosh and S. Sra, "Clustering on the unit hypersphere
    using von Mises-Fisher distributions", JMLR 6 (2005) 1345-1382.
-.. [3] D. Arthur and S. Vassilvitskii, "k-means++: the advantages of careful seeding",
-   SODA 2007 (here with the cosine dissimilarity 1 - x.mu of spherical k-means; its
-   section 5 suggests the greedy variant with several candidates per seed).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import numbers
 import warnings
 from typing import Any
@@ -53,11 +50,8 @@ from sklearn.utils import _param_validation as pv
 from bayesvmf import special
 from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, check_count, make_key
 from bayesvmf._data import (
-    DenseData,
-    SparseData,
     data_dot,
     data_tdot,
-    host_csr,
     to_device,
     without_transpose,
 )
@@ -76,8 +70,6 @@ __all__ = [
     "KAPPA_MAX",
     "solve_kappa",
     "log_normalizer",
-    "init_random_rows",
-    "init_spherical_kmeanspp",
     "Status",
     "describe_status",
     "BaseVMFMixture",
@@ -250,181 +242,8 @@ def log_normalizer(n_features: int, kappa) -> jax.Array:
 
 
 # --------------------------------------------------------------------------------------------
-# Initialisations (Algorithm 4 of [1]_ and spherical k-means++ [3]_)
+# Initialisations (the seedings live in bayesvmf._seeding)
 # --------------------------------------------------------------------------------------------
-
-
-def _rows(data, idx: jax.Array) -> jax.Array:
-    """Return the rows ``X[idx]`` as a dense (len(idx), d) array (through ``X.T @ onehot``).
-
-    Row blocks (:class:`bayesvmf._parallel.RowBlocks`) select their rows themselves
-    (``data.rows``), so the seedings below serve plain and blocked data alike.
-    """
-    if not isinstance(data, DenseData | SparseData):
-        return data.rows(idx)
-    if isinstance(data, DenseData):
-        return data.X[idx].astype(jnp.float64)
-    onehot = jax.nn.one_hot(idx, data.shape[0], dtype=jnp.float64).T
-    return data_tdot(data, onehot).T
-
-
-def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
-    """Draw K distinct rows of X uniformly as initial mean directions (Algorithm 4 of [1]_).
-
-    Parameters
-    ----------
-    rng_key : jax.Array
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
-    n_components : int
-
-    Returns
-    -------
-    mu : jax.Array of shape (n_components, n_features)
-    """
-    idx = jax.random.choice(rng_key, data.shape[0], (n_components,), replace=False)
-    return _rows(data, idx)
-
-
-#: Spherical k-means++ draws its seeds from a uniform subsample of large data, of
-#: max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT K) rows when there are more (as
-#: scikit-learn's MiniBatchKMeans seeds on ``init_size`` rows): each seed costs one pass
-#: over the rows it draws from, and the hard passes and EM that follow use all rows.
-#: Measured (50,000 x 256 float32, K = 32, greedy): seeding 0.20 s on all rows, whole
-#: default fits 0.79 s -> 0.41 s (median of 6 seeds), held-out ARI 1.0 both ways.
-SEEDING_ROWS = 4096
-SEEDING_ROWS_PER_COMPONENT = 128
-
-
-def seeding_size(n_components: int) -> int:
-    """Rows of the seeding subsample: max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT K)."""
-    return max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT * n_components)
-
-
-def seeding_sample(rng_key, data, n_components: int):
-    """Return the rows spherical k-means++ seeds from: a uniform subsample of dense data.
-
-    Dense data (plain, or dense row blocks) of more than :func:`seeding_size` rows give that
-    many distinct rows drawn uniformly, as :class:`~bayesvmf._data.DenseData` in the data's
-    dtype (the same on every device); other data are returned as they are (inside a
-    program sparse rows are not gathered: the one-hot product that selects them is O(n) per
-    row; :func:`host_seeding_sample` draws them before the program).
-    """
-    n_samples = data.shape[0]
-    size = seeding_size(n_components)
-    blocks = getattr(data, "data", None)
-    dense = isinstance(data, DenseData) or isinstance(blocks, DenseData)
-    if n_samples <= size or not dense:
-        return data
-    idx = jax.random.choice(jax.random.fold_in(rng_key, size), n_samples, (size,), replace=False)
-    if isinstance(data, DenseData):
-        return DenseData(data.X[idx])
-    return DenseData(data.rows(idx).astype(blocks.X.dtype))
-
-
-def host_seeding_sample(rng_key, data, n_components: int) -> SparseData | None:
-    """Return a uniform subsample of large sparse data to seed from, drawn on the host.
-
-    :func:`seeding_sample` for sparse data of the "scipy" kernel (the CPU default), whose
-    CSR matrix is on the host: :func:`seeding_size` distinct rows, drawn with a NumPy
-    generator seeded by ``rng_key``, as sparse data of the same kernel and dtype (their
-    products cost nnz of the subsample). None for other data or when there are not more
-    rows than that (the "segment_sum" kernel is left out: its programs are compiled per
-    number of nonzeros, which differs from one subsample to the next).
-    """
-    size = seeding_size(n_components)
-    if not (isinstance(data, SparseData) and data.kernel == "scipy" and data.shape[0] > size):
-        return None
-    seed = np.asarray(jax.random.key_data(rng_key), np.uint32).ravel()
-    idx = np.random.default_rng(seed).choice(data.shape[0], size, replace=False)
-    return to_device(host_csr(data)[idx], data.dtype, kernel="scipy")
-
-
-def greedy_trials(n_components: int) -> int:
-    """Candidates per seed of greedy k-means++: 2 + floor(ln K), as in scikit-learn."""
-    return 2 + int(math.log(n_components))
-
-
-def kmeanspp_pick(rng_key, best, n_local_trials: int, select, cosines):
-    """Draw the next k-means++ seed; return it and the rows' new best cosines.
-
-    Candidates are drawn with probability proportional to the dissimilarity 1 - best of each
-    row to its closest seed so far (uniformly when every row is a seed); with several
-    candidates (greedy k-means++ [3]_, section 5), the one leaving the smallest total
-    dissimilarity is kept. With one, the draws are those of plain k-means++.
-
-    Parameters
-    ----------
-    rng_key : jax.Array
-    best : jax.Array of shape (n_samples,)
-        Largest cosine of each row to the seeds so far.
-    n_local_trials : int
-        Candidates per seed (static).
-    select : callable
-        ``select(idx)`` returns the rows ``idx`` as a dense (m, d) array.
-    cosines : callable
-        ``cosines(rows)`` returns X @ rows.T of shape (n_samples, m).
-    """
-    dissim = jnp.clip(1.0 - best, 0.0, None)
-    logits = jnp.where(dissim.sum() > 0, jnp.log(dissim), jnp.zeros_like(dissim))
-    if n_local_trials == 1:
-        idx = jax.random.categorical(rng_key, logits)[None]
-    else:
-        idx = jax.random.categorical(rng_key, logits, shape=(n_local_trials,))
-    rows = select(idx)
-    candidates = jnp.maximum(best[:, None], cosines(rows))
-    pick = 0 if n_local_trials == 1 else jnp.argmin(jnp.sum(1.0 - candidates, axis=0))
-    return rows[pick], candidates[:, pick]
-
-
-def init_spherical_kmeanspp(
-    rng_key, data, n_components: int, n_local_trials: int | None = 1
-) -> jax.Array:
-    """Seed mean directions by spherical k-means++ ([3]_, cosine dissimilarity 1 - x.mu).
-
-    The first seed is a uniform row; each next seed is a row drawn with probability
-    proportional to its dissimilarity to the closest seed so far (:func:`kmeanspp_pick`).
-    Large dense data are seeded from a uniform subsample of their rows
-    (:func:`seeding_sample`).
-
-    Parameters
-    ----------
-    rng_key : jax.Array
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
-    n_components : int
-    n_local_trials : int or None, default 1
-        Candidates per seed, the best kept (greedy k-means++); None means
-        :func:`greedy_trials`, 2 + floor(ln K).
-
-    Returns
-    -------
-    mu : jax.Array of shape (n_components, n_features)
-    """
-    data = seeding_sample(rng_key, data, n_components)
-    n, d = data.shape
-    trials = greedy_trials(n_components) if n_local_trials is None else int(n_local_trials)
-    keys = jax.random.split(rng_key, n_components)
-    first = jax.random.randint(keys[0], (), 0, n)
-    mu0 = _rows(data, first[None])
-    mu = jnp.zeros((n_components, d), jnp.float64).at[0].set(mu0[0])
-    best = data_dot(data, mu0.T)[:, 0]
-
-    def body(k, carry):
-        mu, best = carry
-        row, best = kmeanspp_pick(
-            keys[k], best, trials, lambda idx: _rows(data, idx), lambda r: data_dot(data, r.T)
-        )
-        return mu.at[k].set(row), best
-
-    mu, _ = jax.lax.fori_loop(1, n_components, body, (mu, best))
-    return mu
-
-
-#: Seeding methods by name (the ``init`` options of the estimators).
-INIT_METHODS = {
-    "random": init_random_rows,
-    "spherical-kmeans++": init_spherical_kmeanspp,
-    "greedy-spherical-kmeans++": functools.partial(init_spherical_kmeanspp, n_local_trials=None),
-}
 
 
 def crisp_statistics(data, mu: jax.Array):

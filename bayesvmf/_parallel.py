@@ -26,7 +26,7 @@ ever sit after the real rows: global row i is row ``i % block_rows`` of block
 ``i // block_rows``.
 
 The initialisations work on plain or blocked data alike: the seeding methods
-(:data:`bayesvmf._mixture.INIT_METHODS`, which take :class:`RowBlocks` too) and the hard
+(:data:`bayesvmf._seeding.INIT_METHODS`, which take :class:`RowBlocks` too) and the hard
 spherical k-means passes that refine them (:func:`spherical_kmeans`, Banerjee et al. [2]_),
 shared by the classical and the Bayesian mixtures.
 
@@ -53,7 +53,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from sklearn.utils import _param_validation as pv
 
-from bayesvmf import _data, _mixture
+from bayesvmf import _data, _mixture, _seeding
 from bayesvmf._data import DenseData, SparseData
 
 __all__ = [
@@ -141,7 +141,7 @@ class RowBlocks:
         """Return the rows ``X[idx]`` (global row numbers), dense float64: :func:`select_rows`.
 
         With :meth:`dot`, what the seedings of :mod:`bayesvmf._mixture` ask of the data
-        (through ``_mixture._rows`` and :func:`bayesvmf._data.data_dot`), so that one
+        (through ``_seeding._rows`` and :func:`bayesvmf._data.data_dot`), so that one
         spherical k-means++ serves plain and blocked data with the same keys and draws.
         """
         return select_rows(self, idx)
@@ -495,7 +495,7 @@ def e_statistics(data, log_weights, mu, kappa, log_c):
 def select_rows(data, idx: jax.Array) -> jax.Array:
     """Return the rows ``X[idx]`` (global row numbers) as a dense float64 (len(idx), d) array."""
     if not isinstance(data, RowBlocks):
-        return _mixture._rows(data, idx)
+        return _seeding._rows(data, idx)
     block = jax.lax.axis_index(data.axis_name) if data.axis_name is not None else 0
     local = idx - block * data.block_rows
     if isinstance(data.data, _data.DenseData):
@@ -557,18 +557,18 @@ def normalised(resultant, fallback):
 def seeds(key, data, n_components: int, init: str, max_passes, sample=None):
     """One restart's seeds by ``init``, refined on the seeding subsample of large data.
 
-    The seeds of :data:`bayesvmf._mixture.INIT_METHODS`. When they are drawn from a
-    subsample of the rows (:func:`bayesvmf._mixture.seeding_sample`, large dense data;
+    The seeds of :data:`bayesvmf._seeding.INIT_METHODS`. When they are drawn from a
+    subsample of the rows (:func:`bayesvmf._seeding.seeding_sample`, large dense data;
     or ``sample``, a subsample drawn before the program by
-    :func:`bayesvmf._mixture.host_seeding_sample`) and ``max_passes`` is not None, they are
+    :func:`bayesvmf._seeding.host_seeding_sample`) and ``max_passes`` is not None, they are
     refined there first, by :func:`spherical_kmeans` and :func:`split_merge`
     (``max_passes`` passes each): coarse to fine, the local optima of the seeding are left
     on the subsample, where a move costs a few passes over thousands of rows instead of all
     of them.
     """
     if sample is None:
-        sample = _mixture.seeding_sample(key, data, n_components)
-    mu = _mixture.INIT_METHODS[init](key, sample, n_components)
+        sample = _seeding.seeding_sample(key, data, n_components)
+    mu = _seeding.INIT_METHODS[init](key, sample, n_components)
     if max_passes is None or sample is data:
         return mu
     return split_merge(sample, spherical_kmeans(sample, mu, max_passes), max_passes)[0]

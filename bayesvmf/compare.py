@@ -9,7 +9,7 @@ nothing in it depends on a particular model.
 
 Same initial assignments. With ``init_labels="shared"`` (the default), each seed draws one
 partition of ``X_train`` by one run of spherical k-means++ seeding ([1]_, cosine
-dissimilarity 1 - x.mu, :func:`bayesvmf._mixture.init_spherical_kmeanspp`) followed by the
+dissimilarity 1 - x.mu, :func:`bayesvmf._seeding.init_spherical_kmeanspp`) followed by the
 assignment of every row to its closest seed by cosine; every estimator whose parameters
 include ``init`` starts from that partition (``init`` set to the label array). The others,
 and data-parallel estimators (``devices`` set: a label array is not sharded), start from
@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf import _data, _mixture, metrics
+from bayesvmf import _data, _mixture, _seeding, metrics
 from bayesvmf.data import check_directional
 
 __all__ = ["Comparison", "compare", "shared_initial_labels"]
@@ -57,7 +57,7 @@ __all__ = ["Comparison", "compare", "shared_initial_labels"]
 def _kmeanspp_labels(rng_key, data, n_components):
     """Spherical k-means++ seeds, then every row to its closest seed (one compiled program)."""
     _mixture.count_trace("compare.init")
-    mu = _mixture.init_spherical_kmeanspp(rng_key, data, n_components)
+    mu = _seeding.init_spherical_kmeanspp(rng_key, data, n_components)
     return jnp.argmax(_data.data_dot(data, mu.T), axis=1)
 
 
@@ -67,7 +67,7 @@ def shared_initial_labels(X, n_components: int, seed: int = 0) -> np.ndarray:
     The first seed is a uniform row; each next seed is a row drawn with probability
     proportional to its cosine dissimilarity to the closest seed so far (from a uniform
     subsample of the rows of dense data larger than max(4096, 128 K) rows,
-    :func:`bayesvmf._mixture.seeding_sample`); every row then goes to its closest seed by
+    :func:`bayesvmf._seeding.seeding_sample`); every row then goes to its closest seed by
     cosine.
 
     Parameters

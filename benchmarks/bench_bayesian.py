@@ -56,7 +56,7 @@ import scipy.sparse as sp
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from bayesvmf import _data, _mixture
+from bayesvmf import _data, _mixture, _seeding
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import SparseVMFMixture
 from bayesvmf.models import sparse as S
@@ -103,7 +103,7 @@ def kmeanspp_labels(X, k, seed):
         data = _data.to_device(X)
         for attempt in range(20):
             key = jax.random.key(seed + 1000 * attempt)
-            mu = _mixture.init_spherical_kmeanspp(key, data, k)
+            mu = _seeding.init_spherical_kmeanspp(key, data, k)
             labels = np.asarray(np.argmax(_data.data_dot(data, mu.T), axis=1))
             if np.bincount(labels, minlength=k).min() > 0:
                 return labels

@@ -1,7 +1,7 @@
 """B-vMFmix's initialisation: greedy spherical k-means++ seeds refined by hard k-means passes.
 
 The initial assignment of every restart is checked against one computed here from the same
-key: the seeds of :data:`bayesvmf._mixture.INIT_METHODS`, refined by Lloyd's passes in NumPy
+key: the seeds of :data:`bayesvmf._seeding.INIT_METHODS`, refined by Lloyd's passes in NumPy
 (``numpy_lloyd``), each row to its closest direction; a fit started from those labels must
 be the fit the estimator makes by itself. (The split-and-merge moves that follow the passes,
 bayesvmf._parallel.split_merge, make none on these data: the passes' partition is kept.)
@@ -17,7 +17,7 @@ from conftest import numpy_lloyd
 from sklearn.utils._param_validation import InvalidParameterError
 
 import bayesvmf
-from bayesvmf import _data, _mixture
+from bayesvmf import _data, _mixture, _seeding
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import BayesianVMFMixture, SparseVMFMixture, TemporalVMFMixture
 from bayesvmf.models.bayesian._temporal_vi import _initial_statistics
@@ -36,7 +36,7 @@ def expected_labels(X, init, passes, random_state=0):
     with jax.enable_x64(True):
         key_init, _ = jax.random.split(jax.random.key(random_state))
         (key,) = jax.random.split(key_init, 1)
-        seeds = np.asarray(_mixture.INIT_METHODS[init](key, _data.to_device(X), 3))
+        seeds = np.asarray(_seeding.INIT_METHODS[init](key, _data.to_device(X), 3))
     return np.argmax(X @ numpy_lloyd(X, seeds, passes).T, axis=1)
 
 
@@ -109,7 +109,7 @@ def test_temporal_initial_statistics_are_seeds_then_lloyd(sample, init, passes):
     X, times = sample.X, np.arange(sample.X.shape[0]) % 3
     with jax.enable_x64(True):
         key = jax.random.key(5)
-        seeds = np.asarray(_mixture.INIT_METHODS[init](key, _data.to_device(X), 3))
+        seeds = np.asarray(_seeding.INIT_METHODS[init](key, _data.to_device(X), 3))
         stats = _initial_statistics(
             key,
             _data.to_device(X),
@@ -138,18 +138,18 @@ def test_large_sparse_data_seeded_from_a_subsample(monkeypatch):
     X = sp.csr_matrix(np.abs(centres[y] + 0.05 * rng.normal(size=(4400, 40))) * (centres[y] > 0.05))
     with jax.enable_x64(True):
         data = _data.to_device(X, kernel="scipy")
-        assert _mixture.host_seeding_sample(jax.random.key(0), data, 8).shape == (4096, 40)
+        assert _seeding.host_seeding_sample(jax.random.key(0), data, 8).shape == (4096, 40)
     if jax.default_backend() != "cpu":
         pytest.skip("the accelerator's sparse kernel seeds on all rows")
     drawn = []
-    original = _mixture.host_seeding_sample
+    original = _seeding.host_seeding_sample
 
     def spy(key, data, k):
         sample = original(key, data, k)
         drawn.append(None if sample is None else sample.shape[0])
         return sample
 
-    monkeypatch.setattr(_mixture, "host_seeding_sample", spy)
+    monkeypatch.setattr(_seeding, "host_seeding_sample", spy)
     first = BayesianVMFMixture(8, random_state=0).fit(X)
     assert drawn == [4096]
     assert adjusted_rand_score(y, first.labels_) == 1.0

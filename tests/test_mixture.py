@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 import scipy.special
 
-from bayesvmf import _data, _mixture, special
+from bayesvmf import _data, _mixture, _seeding, special
 
 N, D, K = 40, 7, 3
 
@@ -183,7 +183,7 @@ def _seeds(init, data, n_keys=5):
 
 @pytest.mark.parametrize("kernel", ["dense", "scipy", "segment_sum"])
 def test_init_random_rows_picks_distinct_rows(X, kernel):
-    for mu in _seeds(_mixture.init_random_rows, _all_data(X)[kernel]):
+    for mu in _seeds(_seeding.init_random_rows, _all_data(X)[kernel]):
         # every seed is a row of X, and the K rows are distinct
         match = np.all(np.isclose(mu[:, None, :], X[None], atol=1e-14), axis=-1)
         assert (match.sum(axis=1) >= 1).all()
@@ -193,7 +193,7 @@ def test_init_random_rows_picks_distinct_rows(X, kernel):
 
 def test_crisp_statistics_assign_to_closest_seed(X):
     data = _all_data(X)["scipy"]
-    mu = np.asarray(_mixture.init_random_rows(jax.random.key(0), data, K))
+    mu = np.asarray(_seeding.init_random_rows(jax.random.key(0), data, K))
     resultant, resp_sum = _mixture.crisp_statistics(data, mu)
     labels = np.argmax(X @ mu.T, axis=1)
     onehot = np.eye(K)[labels]
@@ -203,7 +203,7 @@ def test_crisp_statistics_assign_to_closest_seed(X):
 
 @pytest.mark.parametrize("method", ["spherical-kmeans++", "greedy-spherical-kmeans++"])
 def test_kmeanspp_seeds_are_distinct_rows(X, method):
-    for mu in _seeds(_mixture.INIT_METHODS[method], _all_data(X)["scipy"]):
+    for mu in _seeds(_seeding.INIT_METHODS[method], _all_data(X)["scipy"]):
         match = np.all(np.isclose(mu[:, None, :], X[None], atol=1e-14), axis=-1)
         assert (match.sum(axis=1) >= 1).all()
         # distinct directions: a seed equal to an earlier one has dissimilarity 0, weight 0
@@ -226,10 +226,10 @@ def test_greedy_kmeanspp_leaves_less_dissimilarity():
             mu = np.asarray(jax.jit(jax.vmap(lambda k: init(k, data, 6)))(keys))
             return np.sum(1.0 - np.max(np.einsum("nd,bkd->bnk", A, mu), axis=2), axis=1)
 
-        plain = loss(_mixture.INIT_METHODS["spherical-kmeans++"])
-        greedy = loss(_mixture.INIT_METHODS["greedy-spherical-kmeans++"])
-        one = loss(lambda k, data, n: _mixture.init_spherical_kmeanspp(k, data, n, 1))
-    assert _mixture.greedy_trials(6) == 3 and _mixture.greedy_trials(20) == 4
+        plain = loss(_seeding.INIT_METHODS["spherical-kmeans++"])
+        greedy = loss(_seeding.INIT_METHODS["greedy-spherical-kmeans++"])
+        one = loss(lambda k, data, n: _seeding.init_spherical_kmeanspp(k, data, n, 1))
+    assert _seeding.greedy_trials(6) == 3 and _seeding.greedy_trials(20) == 4
     np.testing.assert_array_equal(one, plain)
     assert greedy.mean() < 0.9 * plain.mean() and np.median(greedy) < np.median(plain)
 
@@ -238,29 +238,29 @@ def test_seeding_sample_draws_distinct_rows_of_large_dense_data(monkeypatch):
     """Dense data of more than max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT K) rows are
     seeded from that many distinct rows, in the data's dtype; smaller or sparse data are
     seeded from all rows, and k-means++'s seeds are then rows of the subsample."""
-    monkeypatch.setattr(_mixture, "SEEDING_ROWS", 50)
-    monkeypatch.setattr(_mixture, "SEEDING_ROWS_PER_COMPONENT", 20)
+    monkeypatch.setattr(_seeding, "SEEDING_ROWS", 50)
+    monkeypatch.setattr(_seeding, "SEEDING_ROWS_PER_COMPONENT", 20)
     rng = np.random.default_rng(5)
     A = np.abs(rng.normal(size=(90, 5)))
     A /= np.linalg.norm(A, axis=1, keepdims=True)
     key = jax.random.key(3)
     with jax.enable_x64(True):
         for dtype in (jnp.float32, jnp.float64):
-            sample = _mixture.seeding_sample(key, _data.to_device(A, dtype), 2)  # 50 rows
+            sample = _seeding.seeding_sample(key, _data.to_device(A, dtype), 2)  # 50 rows
             assert isinstance(sample, _data.DenseData) and sample.X.dtype == dtype
             rows = np.asarray(sample.X, np.float64)
             assert rows.shape == (50, 5) and len(np.unique(rows, axis=0)) == 50
             match = np.isclose(rows[:, None, :], A[None], atol=1e-7).all(axis=-1)
             assert (match.sum(axis=1) == 1).all()
         # 3 components: 60 rows; 5: 100 > 90, all rows; sparse data: all rows
-        assert _mixture.seeding_sample(key, _data.to_device(A), 3).shape == (60, 5)
+        assert _seeding.seeding_sample(key, _data.to_device(A), 3).shape == (60, 5)
         dense = _data.to_device(A)
-        assert _mixture.seeding_sample(key, dense, 5) is dense
+        assert _seeding.seeding_sample(key, dense, 5) is dense
         sparse = _data.to_device(sp.csr_matrix(A))
-        assert _mixture.seeding_sample(key, sparse, 2) is sparse
+        assert _seeding.seeding_sample(key, sparse, 2) is sparse
         # the seeds are rows of the sample the same key draws
-        sample = np.asarray(_mixture.seeding_sample(key, dense, 2).X)
-        mu = np.asarray(_mixture.INIT_METHODS["greedy-spherical-kmeans++"](key, dense, 2))
+        sample = np.asarray(_seeding.seeding_sample(key, dense, 2).X)
+        mu = np.asarray(_seeding.INIT_METHODS["greedy-spherical-kmeans++"](key, dense, 2))
     assert np.isclose(mu[:, None, :], sample[None], atol=1e-14).all(axis=-1).any(axis=1).all()
 
 
@@ -268,17 +268,17 @@ def test_host_seeding_sample_draws_distinct_rows_of_large_sparse_data(monkeypatc
     """Sparse data of the "scipy" kernel with more rows than seeding_size give that many
     distinct rows of X, drawn on the host (the same for one key, others for another), as
     "scipy" sparse data of the same dtype; other data, or fewer rows, give None."""
-    monkeypatch.setattr(_mixture, "SEEDING_ROWS", 50)
-    monkeypatch.setattr(_mixture, "SEEDING_ROWS_PER_COMPONENT", 20)
+    monkeypatch.setattr(_seeding, "SEEDING_ROWS", 50)
+    monkeypatch.setattr(_seeding, "SEEDING_ROWS_PER_COMPONENT", 20)
     rng = np.random.default_rng(6)
     A = np.abs(rng.normal(size=(90, 5))) * (rng.random((90, 5)) < 0.6)
     A[:, 0] += 0.1
     A /= np.linalg.norm(A, axis=1, keepdims=True)
     with jax.enable_x64(True):
         data = _data.to_device(sp.csr_matrix(A), jnp.float32, kernel="scipy")
-        sample = _mixture.host_seeding_sample(jax.random.key(1), data, 2)
-        again = _mixture.host_seeding_sample(jax.random.key(1), data, 2)
-        other = _mixture.host_seeding_sample(jax.random.key(2), data, 2)
+        sample = _seeding.host_seeding_sample(jax.random.key(1), data, 2)
+        again = _seeding.host_seeding_sample(jax.random.key(1), data, 2)
+        other = _seeding.host_seeding_sample(jax.random.key(2), data, 2)
         assert sample.kernel == "scipy" and sample.dtype == jnp.float32
         rows = _data.host_csr(sample).toarray().astype(np.float64)
         assert rows.shape == (50, 5) and len(np.unique(rows, axis=0)) == 50
@@ -287,9 +287,9 @@ def test_host_seeding_sample_draws_distinct_rows_of_large_sparse_data(monkeypatc
         assert (_data.host_csr(again) != _data.host_csr(sample)).nnz == 0
         assert (_data.host_csr(other) != _data.host_csr(sample)).nnz > 0
         for none in (
-            _mixture.host_seeding_sample(jax.random.key(1), data, 5),  # 100 rows > 90
-            _mixture.host_seeding_sample(jax.random.key(1), _data.to_device(A), 2),
-            _mixture.host_seeding_sample(
+            _seeding.host_seeding_sample(jax.random.key(1), data, 5),  # 100 rows > 90
+            _seeding.host_seeding_sample(jax.random.key(1), _data.to_device(A), 2),
+            _seeding.host_seeding_sample(
                 jax.random.key(1), _data.to_device(sp.csr_matrix(A), kernel="segment_sum"), 2
             ),
         ):
@@ -298,7 +298,7 @@ def test_host_seeding_sample_draws_distinct_rows_of_large_sparse_data(monkeypatc
 
 def test_kmeanspp_falls_back_when_all_rows_equal():
     Xe = np.tile(np.eye(D)[:1], (10, 1))
-    mu = _seeds(_mixture.init_spherical_kmeanspp, _data.to_device(Xe), 1)[0]
+    mu = _seeds(_seeding.init_spherical_kmeanspp, _data.to_device(Xe), 1)[0]
     assert np.isfinite(mu).all()
     np.testing.assert_allclose(mu, np.tile(Xe[:1], (K, 1)))
 

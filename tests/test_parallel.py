@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 from conftest import shared_data_or_skip
 
-from bayesvmf import _data, _mixture, _parallel
+from bayesvmf import _data, _mixture, _parallel, _seeding
 from bayesvmf.data import check_directional
 from bayesvmf.models import SparseVMFMixture
 
@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
     import json, sys
     import jax, numpy as np, scipy.sparse as sp
     jax.config.update("jax_enable_x64", True)
-    from bayesvmf import _data, _mixture, _parallel
+    from bayesvmf import _data, _mixture, _parallel, _seeding
     from bayesvmf.data import check_directional
     from bayesvmf.models import SparseVMFMixture
 
@@ -85,7 +85,7 @@ SCRIPT = textwrap.dedent(
 
     def pieces(args, data):
         mu, kappa, log_c, log_w = args
-        seeds = {name: f(key, data, K) for name, f in _mixture.INIT_METHODS.items()}
+        seeds = {name: f(key, data, K) for name, f in _seeding.INIT_METHODS.items()}
         return (_parallel.e_statistics(data, log_w, mu, kappa, log_c),
                 _parallel.crisp_statistics(data, mu), seeds)
 
@@ -236,7 +236,7 @@ def test_sharded_statistics_and_seeds_equal_one_device(two_devices, layout):
     each device gathers from both blocks."""
     one, two = two_devices[layout]["one"], two_devices[layout]["two"]
     # r, N, log-lik; crisp r, N; one seed set per init method (random, k-means++, greedy)
-    assert len(one) == len(two) == 5 + len(_mixture.INIT_METHODS) == 8
+    assert len(one) == len(two) == 5 + len(_seeding.INIT_METHODS) == 8
     for a, b in zip(one, two, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
     n = 4201 if layout == "dense-subsampled" else 101

@@ -281,11 +281,11 @@ def test_fits_seeded_from_a_subsample_find_the_clusters_without_recompiling(spar
     fit with another seed (another subsample) runs the programs compiled for the first."""
     import scipy.sparse as sp
 
-    from bayesvmf import _mixture
+    from bayesvmf import _mixture, _seeding
 
     drawn = []  # the number of rows of every subsample drawn
     for name in ("seeding_sample", "host_seeding_sample"):
-        original = getattr(_mixture, name)
+        original = getattr(_seeding, name)
 
         def spy(key, data, k, original=original):
             sample = original(key, data, k)
@@ -293,7 +293,7 @@ def test_fits_seeded_from_a_subsample_find_the_clusters_without_recompiling(spar
                 drawn.append(sample.shape[0])
             return sample
 
-        monkeypatch.setattr(_mixture, name, spy)
+        monkeypatch.setattr(_seeding, name, spy)
     rng = np.random.default_rng(11)
     centres = np.abs(rng.normal(size=(8, 40))) * (rng.random((8, 40)) < 0.3) + 0.02
     y = rng.integers(0, 8, 4400)

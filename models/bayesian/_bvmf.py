@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _guards, _mixture, _parallel, special
+from bayesvmf import _guards, _mixture, _parallel, _seeding, special
 from bayesvmf._base import RANDOM_STATE
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian import _bvmf_stream, _kappa
@@ -226,7 +226,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         "m": [FINITE, None],
         "s2": [POSITIVE],
         "empirical_bayes": ["boolean"],
-        "init": [StrOptions(set(_mixture.INIT_METHODS)), "array-like"],
+        "init": [StrOptions(set(_seeding.INIT_METHODS)), "array-like"],
         "kmeans_iter": [Interval(Integral, 0, None, closed="left")],
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 0, None, closed="left")],
@@ -410,7 +410,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             batch = 1 if user_labels is not None else self.n_init
         keys = jax.random.split(rng_key, batch)
         # large sparse data: the restarts' seeding subsample, drawn on the host
-        sample = None if user_labels is not None else _mixture.host_seeding_sample(rng_key, data, k)
+        sample = None if user_labels is not None else _seeding.host_seeding_sample(rng_key, data, k)
         passes = self._kmeans_passes()
         if user_labels is not None:
             labels = np.broadcast_to(user_labels, (batch, n))

@@ -506,7 +506,7 @@ def _init_labels(keys, data, n_components: int, init: str, kmeans_iter=None, sam
     """Crisp labels of every restart: closest initial direction by cosine.
 
     The directions are those of :func:`bayesvmf._parallel.initial_directions` (``sample``:
-    the seeding subsample of sparse data, :func:`bayesvmf._mixture.host_seeding_sample`).
+    the seeding subsample of sparse data, :func:`bayesvmf._seeding.host_seeding_sample`).
     """
     _mixture.count_trace("bayesian.init_labels")
 

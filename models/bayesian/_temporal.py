@@ -19,7 +19,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _data, _guards, _mixture, _parallel, special
+from bayesvmf import _data, _guards, _mixture, _parallel, _seeding, special
 from bayesvmf._base import make_key
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as _s
@@ -219,7 +219,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
     _parameter_constraints: dict[str, Any] = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         **_s.SHARED_CONSTRAINTS,
-        "init": [StrOptions(set(_mixture.INIT_METHODS))],
+        "init": [StrOptions(set(_seeding.INIT_METHODS))],
         "kmeans_iter": [Interval(Integral, 0, None, closed="left")],
         "C0": [_s.POSITIVE, None],
         "shared_kappa": ["boolean"],
@@ -379,7 +379,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
         def start(init_key):
             passes = np.int64(self.kmeans_iter) if self.kmeans_iter > 0 else None
-            sample = _mixture.host_seeding_sample(init_key, data, K)  # large sparse data
+            sample = _seeding.host_seeding_sample(init_key, data, K)  # large sparse data
             stats = _initial_statistics(
                 init_key,
                 data,

@@ -502,7 +502,7 @@ def _initial_statistics(
     """TStats of the crisp initial assignment: every row to its closest direction by cosine.
 
     The seeds are K random rows or (greedy) spherical k-means++ seeds (the same draws on row
-    blocks, :data:`bayesvmf._mixture.INIT_METHODS`), refined by at most ``kmeans_iter``
+    blocks, :data:`bayesvmf._seeding.INIT_METHODS`), refined by at most ``kmeans_iter``
     hard spherical k-means passes (:func:`bayesvmf._parallel.spherical_kmeans`; None: none)
     and split-and-merge moves (:func:`bayesvmf._parallel.initial_directions`; ``sample``: the
     seeding subsample of sparse data); each device assigns its own rows.

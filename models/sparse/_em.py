@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf import _data, _mixture, _parallel
+from bayesvmf import _data, _mixture, _parallel, _seeding
 from bayesvmf._mixture import Status
 from bayesvmf._parallel import spherical_kmeans, split_merge
 
@@ -310,7 +310,7 @@ def _em_step_body(args, data, *, shared_kappa: bool):
     compiler_options=_mixture.JIT_OPTIONS,
 )
 def _seed_batch(keys, data, n_components, init, hard_iter, refined, sample=None):
-    """Seeds of every restart (:data:`bayesvmf._mixture.INIT_METHODS`), shape (B, K, d).
+    """Seeds of every restart (:data:`bayesvmf._seeding.INIT_METHODS`), shape (B, K, d).
 
     :func:`bayesvmf._parallel.seeds`: with ``refined``, seeds drawn from a subsample of
     large data (dense rows drawn inside the program; ``sample``, sparse rows drawn before it)
@@ -387,7 +387,7 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     (which leave the local optima of an unlucky seeding), and mu_k are the normalised
     resultants of the final partition. Data of more than max(4096, 128 K) rows (dense; or
     sparse on the CPU kernel, not in row blocks) are seeded from a uniform subsample
-    (:func:`bayesvmf._mixture.seeding_sample`, :func:`~bayesvmf._mixture.host_seeding_sample`;
+    (:func:`bayesvmf._seeding.seeding_sample`, :func:`~bayesvmf._seeding.host_seeding_sample`;
     all restarts share the sparse one), where the
     seeds get the same refinement first: coarse to fine, most moves then cost passes over
     the subsample instead of all rows (measured, 50,000 x 256 float32, K = 40 clusters of
@@ -404,7 +404,7 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     """
     keys = jax.random.split(rng_key, n_init)
     refined = int(hard_iter) > 0
-    sample = _mixture.host_seeding_sample(rng_key, data, int(n_components))
+    sample = _seeding.host_seeding_sample(rng_key, data, int(n_components))
     mu = _seed_batch(keys, data, int(n_components), init, np.int64(hard_iter), refined, sample)
     if refined:
         mu = _refine_batch(mu, data, np.int64(hard_iter))

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
-from bayesvmf import _arviz, _data, _guards, _mixture, _parallel, criteria
+from bayesvmf import _arviz, _data, _guards, _mixture, _parallel, _seeding, criteria
 from bayesvmf._base import check_count
 from bayesvmf._mixture import Status
 from bayesvmf.models.sparse import _em
@@ -84,7 +84,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         candidates per seed (the seeding of scikit-learn's KMeans;
         benchmarks/results/scale.md compares them). On data of more than
         max(4096, 128 K) rows (dense, or sparse on one CPU device) every method draws from a
-        uniform subsample of that many rows (:func:`bayesvmf._mixture.seeding_sample`).
+        uniform subsample of that many rows (:func:`bayesvmf._seeding.seeding_sample`).
         An array of labels in ``[0, K)`` (every component used) starts EM from that
         partition (its M-step, see :func:`init_state_from_labels`), so that several
         estimators can start from the same assignments; ``n_init`` is then ignored (one
@@ -204,7 +204,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         "beta": [Interval(numbers.Real, 0.0, None, closed="left")],
         "shared_kappa": ["boolean"],
         # a seeding method, or labels (checked against the data in fit)
-        "init": [StrOptions(set(_mixture.INIT_METHODS)), "array-like"],
+        "init": [StrOptions(set(_seeding.INIT_METHODS)), "array-like"],
         "kappa_max": [Interval(numbers.Real, 0.0, None, closed="neither")],
         "dtype": [StrOptions({"float64", "mixed"})],
         "rtol": [Interval(numbers.Real, 0.0, None, closed="left")],
