@@ -510,11 +510,11 @@ def _threaded_product(handle: int, A: sp.csr_matrix, B: np.ndarray, transpose: b
     n_blocks = PRODUCT_BLOCKS if A.nnz >= THREADED_MIN_NNZ else 1
     if n_blocks <= 1:
         return np.asarray(A.T @ B if transpose else A @ B)
-    blocks = _row_blocks(handle, A, n_blocks)
+    blocks, pool = _row_blocks(handle, A, n_blocks), _pool()
     if transpose:
-        futures = [_pool().submit(lambda b: np.asarray(b[2].T @ B[b[0] : b[1]]), b) for b in blocks]
+        futures = [pool.submit(lambda b: np.asarray(b[2].T @ B[b[0] : b[1]]), b) for b in blocks]
     else:
-        futures = [_pool().submit(lambda b: np.asarray(b[2] @ B), b) for b in blocks]
+        futures = [pool.submit(lambda b: np.asarray(b[2] @ B), b) for b in blocks]
     # every block finishes before this returns, even when one raises: under the custom call
     # B is a view of an XLA buffer, which may be freed once the call returns
     concurrent.futures.wait(futures)

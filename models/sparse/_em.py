@@ -23,7 +23,6 @@ import numpy as np
 
 from bayesvmf import _data, _mixture, _parallel, _seeding
 from bayesvmf._mixture import Status
-from bayesvmf._parallel import spherical_kmeans, split_merge
 
 #: Cap and tolerance of the mu/kappa fixed point inside one M-step (Algorithm 2, inner loop).
 FIXED_POINT_MAX_ITER = 100
@@ -321,7 +320,6 @@ def _seed_batch(keys, data, n_components, init, hard_iter, refined, sample=None)
 
     def batch(args, data):
         keys, hard_iter = args
-
         passes = hard_iter if refined else None
 
         def one(key):
@@ -340,11 +338,7 @@ def _refine_batch(mu, data, hard_iter):
     def batch(args, data):
         mu, hard_iter = args
 
-        def one(mu):
-            mu = spherical_kmeans(data, mu, hard_iter)
-            return split_merge(data, mu, hard_iter)[0]
-
-        return jax.vmap(one)(mu)
+        return jax.vmap(lambda mu: _parallel.refine(data, mu, hard_iter))(mu)
 
     return _parallel.map_blocks(batch, (mu, hard_iter), data)
 
@@ -382,9 +376,9 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     Seeds become the mean directions; every row is assigned to its closest seed by cosine;
     alpha_k are the cluster proportions and kappa solves eq. (21) with the crisp
     responsibilities and the seeds as mu_k (shared: eq. (27)). With ``hard_iter > 0`` the
-    seeds are first refined by at most that many hard spherical k-means passes
-    (:func:`spherical_kmeans`), then by the split-and-merge moves of :func:`split_merge`
-    (which leave the local optima of an unlucky seeding), and mu_k are the normalised
+    seeds are first refined by at most that many hard spherical k-means passes, then by the
+    split-and-merge moves (:func:`bayesvmf._parallel.refine`, which leave the local optima
+    of an unlucky seeding), and mu_k are the normalised
     resultants of the final partition. Data of more than max(4096, 128 K) rows (dense; or
     sparse on the CPU kernel, not in row blocks) are seeded from a uniform subsample
     (:func:`bayesvmf._seeding.seeding_sample`, :func:`~bayesvmf._seeding.host_seeding_sample`;
