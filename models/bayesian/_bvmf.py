@@ -128,7 +128,8 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         Number of draws of q(kappa) behind :meth:`score_samples` and :meth:`to_arviz`
         (sampling scheme; the bounding scheme's log-normal uses Gauss-Hermite quadrature).
     learning_decay : float in (0.5, 1], default 0.7
-        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`.
+        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`
+        (:class:`bayesvmf._base.StreamingMixin`).
     learning_offset : float >= 0, default 1.0
         The offset tau of those step sizes (a larger tau damps the first steps).
     normalize : bool, default True

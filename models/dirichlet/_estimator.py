@@ -93,9 +93,10 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
     normalize : bool, default=True
         Rescale the vectors to unit norm (with False they must already be unit norm).
     learning_decay : float in (0.5, 1], default=0.7
-        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`.
+        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`
+        (:class:`bayesvmf._base.StreamingMixin`).
     learning_offset : float >= 0, default=1.0
-        The offset tau of those step sizes (larger values damp the first steps).
+        The offset tau of those step sizes (a larger tau damps the first steps).
     dtype : {"float64", "mixed"}, default="float64"
         "mixed" stores the vectors in float32 and runs the two data products X @ mu.T and
         resp.T @ X in float32 (VEM, SVI, transform, score); everything else (log-normalisers,

@@ -129,9 +129,10 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         ``jax.devices()``; None is the default device. ``fit``, ``fit_predict`` and
         ``partial_fit`` shard; ``predict``, ``score`` etc. run on the default device.
     learning_decay : float in (0.5, 1], default 0.7
-        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`.
+        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`
+        (:class:`bayesvmf._base.StreamingMixin`).
     learning_offset : float >= 0, default 1.0
-        The offset tau of those step sizes.
+        The offset tau of those step sizes (a larger tau damps the first steps).
 
     Attributes
     ----------
