@@ -383,10 +383,10 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         .. [4] P. Liang and D. Klein, "Online EM for unsupervised models", NAACL-HLT 2009.
         """
         first, n_samples = self._stream_begin(n_samples)
+        Xc = self._check_input(X, reset=first)
         if first:
             # the clusters of an earlier fit's rows do not describe the streamed model
             self.__dict__.pop("labels_", None)
-        Xc = self._check_input(X, reset=first)
         step = self._stream_step(first, Xc.shape[0], n_samples)
         with jax.enable_x64(True):
             data = self._blocks(Xc, bucket=True)
