@@ -533,6 +533,7 @@ class StreamingMixin:
         )
 
     def _current_stream_params(self) -> tuple:
+        """Return the values of ``_stream_params`` now."""
         return tuple(getattr(self, name) for name in self._stream_params)
 
     def _stream_step(self, first: bool, n_chunk: int, count: int | None) -> StreamStep:
