@@ -26,6 +26,9 @@ Every estimator of the package derives from :class:`BaseVMFEstimator`, which is 
   or ``Generator``, a JAX key) into the JAX key of one fit;
 * **verbosity**: ``verbose`` has scikit-learn's meaning, an int level (0 silent; 1 and more
   show a progress bar of the fit loop, :meth:`BaseVMFEstimator._progress`);
+* **streams**: :class:`StreamingMixin` is the bookkeeping of every ``partial_fit`` (checks,
+  counters, the step size rho_t = (t + tau)^(-a), the stream's shape), each model keeping
+  its own step and its own start from the first chunk;
 * **compiled programs**: ``fit``, ``predict``, ``score_samples`` and the other methods of
   :data:`bayesvmf._compile_cache.CACHED_METHODS` that a subclass defines run inside JAX's
   persistent compilation cache (:func:`bayesvmf._compile_cache.compilation_cache`), so a
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import numbers
 import types
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -61,6 +64,9 @@ __all__ = [
     "BaseVMFEstimator",
     "NotFittedError",
     "RANDOM_STATE",
+    "STREAM_CONSTRAINTS",
+    "StreamStep",
+    "StreamingMixin",
     "check_count",
     "make_key",
     "seed_from",
@@ -403,3 +409,178 @@ def check_count(value, name: str, *, minimum: int = 1, allow_none: bool = False)
         what = "None or an int" if allow_none else "an int"
         raise ValueError(f"{name} must be {what} >= {minimum}; got {value!r}.")
     return int(value)
+
+
+#: Constraints of the step sizes rho_t = (t + ``learning_offset``)^(-``learning_decay``) of
+#: every ``partial_fit`` (:class:`StreamingMixin`): a in (0.5, 1] makes sum rho_t infinite and
+#: sum rho_t^2 finite (the Robbins-Monro conditions of the convergence arguments of online EM
+#: and stochastic VI); tau >= 0 keeps rho_t <= 1.
+STREAM_CONSTRAINTS: dict[str, list] = {
+    "learning_decay": [Interval(numbers.Real, 0.5, 1.0, closed="right")],
+    "learning_offset": [Interval(numbers.Real, 0.0, None, closed="left")],
+}
+
+
+class StreamStep(NamedTuple):
+    """The counts of one ``partial_fit`` call (:meth:`StreamingMixin._stream_step`).
+
+    Attributes
+    ----------
+    first : bool
+        Whether this call starts the stream (from its chunk).
+    n_seen : int
+        Units (rows, or documents) seen once the step is committed.
+    n_steps : int
+        t, the steps done since the stream started once the step is committed (0 on the
+        first chunk).
+    step_size : float
+        rho_t = (t + ``learning_offset``)^(-``learning_decay``); 1.0 on the first chunk.
+    n_total : int
+        The units of the corpus the chunk stands for: the caller's count (``n_samples``,
+        ``n_sets``), else ``n_seen`` (an endless stream).
+    """
+
+    first: bool
+    n_seen: int
+    n_steps: int
+    step_size: float
+    n_total: int
+
+
+class StreamingMixin:
+    """The bookkeeping of ``partial_fit``, written once for every streaming estimator.
+
+    A stream is the state a model's step continues from (``_online``: running statistics or
+    global natural parameters), the parameters its shapes and scheme were made with, and two
+    public counters: the units seen (``n_samples_seen_``, or the attribute named by
+    ``_stream_seen``) and the steps done since the stream started (``n_steps_``). A
+    ``partial_fit`` is, around the model's own step::
+
+        first, n_samples = self._stream_begin(n_samples)  # before the chunk is read
+        ...  # check the chunk; on the first call start from it
+        step = self._stream_step(first, n_chunk, n_samples)  # counts and rho_t
+        ...  # the model's step with step.step_size and step.n_total / n_chunk
+        self._stream_commit(state, step.n_seen, step.n_steps)
+
+    The counters change only in :meth:`_stream_commit`, after the step has succeeded: a
+    call that raises (a bad chunk, a refused parameter) leaves the model as it was. A fit
+    that starts a stream of its own (a variational fit) commits its state with
+    ``n_steps=0``; a fit that does not calls :meth:`_stream_forget`.
+
+    Subclasses mix it in before their estimator base, add :data:`STREAM_CONSTRAINTS` to
+    their ``_parameter_constraints`` (with ``learning_decay`` and ``learning_offset`` in
+    ``__init__``) and set the class attributes below.
+    """
+
+    #: the constructor parameters the stream's state depends on (its shapes, its scheme):
+    #: changing one between calls is refused (:meth:`_stream_begin`)
+    _stream_params: tuple[str, ...] = ()
+    #: the public counter of units seen
+    _stream_seen: str = "n_samples_seen_"
+    #: the name of ``partial_fit``'s corpus size argument, for its message
+    _stream_count: str = "n_samples"
+
+    def _stream_begin(self, count) -> tuple[bool, int | None]:
+        """Check a ``partial_fit`` call before its chunk is read.
+
+        The parameters are validated at every call (``set_params`` may have changed any
+        of them since the last one); a stream is refused when one of ``_stream_params``
+        differs from what it was made with.
+
+        Parameters
+        ----------
+        count : int or None
+            The caller's corpus size (``n_samples`` or ``n_sets``).
+
+        Returns
+        -------
+        first : bool
+            Whether there is no stream yet (this call starts one).
+        count : int or None
+            ``count`` checked (:func:`check_count`).
+
+        Raises
+        ------
+        ValueError
+            scikit-learn's message for a parameter; "<Estimator>.partial_fit: n_components=4
+            differs from the stream this model carries (n_components=3); restore it, or call
+            fit to start anew." for a changed stream; :func:`check_count`'s for ``count``.
+        """
+        self._validate_params()
+        first = getattr(self, "_online", None) is None
+        if not first:
+            self._check_stream_params()
+        return first, check_count(count, self._stream_count, allow_none=True)
+
+    def _check_stream_params(self) -> None:
+        """Refuse a stream whose parameters (``_stream_params``) have changed since it began."""
+        now = self._current_stream_params()
+        carried = self.__dict__.get("_stream_of", now)
+        if now == carried:
+            return
+
+        def show(values):
+            return ", ".join(
+                f"{name}={value!r}" if isinstance(value, str) else f"{name}={value}"
+                for name, value in zip(self._stream_params, values, strict=True)
+            )
+
+        one = len(now) == 1
+        raise ValueError(
+            f"{type(self).__name__}.partial_fit: {show(now)} {'differs' if one else 'differ'} "
+            f"from the stream this model carries ({show(carried)}); restore "
+            f"{'it' if one else 'them'}, or call fit to start anew."
+        )
+
+    def _current_stream_params(self) -> tuple:
+        """Return the values of ``_stream_params`` now."""
+        return tuple(getattr(self, name) for name in self._stream_params)
+
+    def _stream_step(self, first: bool, n_chunk: int, count: int | None) -> StreamStep:
+        """Return the counts and the step size of this call (nothing of the model changes).
+
+        Parameters
+        ----------
+        first : bool
+            From :meth:`_stream_begin` (read before a first call's start set a stream).
+        n_chunk : int
+            The units of the chunk (rows, or documents).
+        count : int or None
+            The checked corpus size of :meth:`_stream_begin`.
+
+        Returns
+        -------
+        StreamStep
+            t = ``n_steps_`` + 1 and rho_t = (t + ``learning_offset``)^(-``learning_decay``)
+            for a stream that goes on; t = 0 and rho = 1 for a first chunk.
+        """
+        if first:
+            n_seen, n_steps, step_size = n_chunk, 0, 1.0
+        else:
+            n_seen = getattr(self, self._stream_seen) + n_chunk
+            n_steps = self.n_steps_ + 1
+            step_size = (n_steps + self.learning_offset) ** (-self.learning_decay)
+        return StreamStep(first, n_seen, n_steps, step_size, n_seen if count is None else count)
+
+    def _stream_commit(self, state, n_seen: int, n_steps: int = 0) -> None:
+        """Keep the stream's new state and counters (after its step succeeded).
+
+        Parameters
+        ----------
+        state : pytree
+            What the next step continues from (``_online``).
+        n_seen : int
+            Units seen.
+        n_steps : int, default 0
+            Steps done since the stream started (0: a fit or a first chunk starts it).
+        """
+        self._online = state
+        self._stream_of = self._current_stream_params()
+        setattr(self, self._stream_seen, n_seen)
+        self.n_steps_ = n_steps
+
+    def _stream_forget(self) -> None:
+        """Drop the stream and its counters (a new fit that starts none of its own)."""
+        self._online = None
+        for name in (self._stream_seen, "n_steps_", "_stream_of"):
+            self.__dict__.pop(name, None)

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import warnings
+from numbers import Integral
 
 import jax
 import numpy as np
@@ -26,6 +27,7 @@ from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer
 from sklearn.utils import get_tags
+from sklearn.utils._param_validation import Interval, InvalidParameterError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import bayesvmf
@@ -379,3 +381,81 @@ def test_verbose_is_the_progress_switch(name, capsys):
         cls(2, max_iter=3, random_state=0, verbose=1).fit(data)
     err = capsys.readouterr().err
     assert "it/s" in err or "s/it" in err, err
+
+
+# ---- the streaming mixin (partial_fit's bookkeeping) ----------------------------------------
+
+
+class _Stream(_base.StreamingMixin, _base.BaseVMFEstimator):
+    """The smallest streaming estimator: its state is the running mean of the chunks' sums,
+    and a chunk holding a NaN makes its step fail after the counts were taken."""
+
+    _parameter_constraints = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        **_base.STREAM_CONSTRAINTS,
+    }
+    _stream_params = ("n_components",)
+
+    def __init__(self, n_components=2, *, learning_decay=0.7, learning_offset=1.0):
+        self.n_components = n_components
+        self.learning_decay = learning_decay
+        self.learning_offset = learning_offset
+
+    def partial_fit(self, X, n_samples=None):
+        first, n_samples = self._stream_begin(n_samples)
+        X = np.asarray(X, dtype=float)
+        step = self._stream_step(first, X.shape[0], n_samples)
+        if np.isnan(X).any():
+            raise ValueError("the step failed")
+        old = 0.0 if first else self._online
+        new = (1 - step.step_size) * old + step.step_size * X.sum() * step.n_total / X.shape[0]
+        self._stream_commit(new, step.n_seen, step.n_steps)
+        self.last_step_ = step
+        return self
+
+
+def test_stream_counts_and_step_sizes():
+    """rho_t = (t + tau)^(-a) for the t-th step after the first chunk (rho = 1 there); the
+    corpus size is the caller's, else the units seen so far; the counters are committed."""
+    model = _Stream().partial_fit(np.ones((3, 2)))
+    assert model.last_step_ == _base.StreamStep(True, 3, 0, 1.0, 3)
+    assert (model.n_samples_seen_, model.n_steps_, model._online) == (3, 0, 6.0)
+    model.partial_fit(np.ones((5, 2)), n_samples=100)
+    assert model.last_step_ == _base.StreamStep(False, 8, 1, 2.0**-0.7, 100)
+    assert (model.n_samples_seen_, model.n_steps_) == (8, 1)
+    assert model._online == pytest.approx((1 - 2.0**-0.7) * 6.0 + 2.0**-0.7 * 200.0, rel=1e-15)
+    model.set_params(learning_decay=1.0, learning_offset=3.0).partial_fit(np.ones((2, 2)))
+    assert model.last_step_ == _base.StreamStep(False, 10, 2, 0.2, 10)
+    # a fit that starts no stream of its own forgets it: the next call starts anew
+    model._stream_forget()
+    assert model._online is None and not hasattr(model, "n_samples_seen_")
+    assert not hasattr(model, "n_steps_")
+    assert model.partial_fit(np.ones((4, 2))).last_step_ == _base.StreamStep(True, 4, 0, 1.0, 4)
+
+
+def test_stream_refusals_leave_the_counters():
+    """Parameters are validated at every call, a changed stream shape and a bad corpus size
+    are refused, and a step that fails commits nothing."""
+    model = _Stream().partial_fit(np.ones((3, 2))).partial_fit(np.ones((3, 2)))
+    state = (model.n_samples_seen_, model.n_steps_, model._online)
+    model.set_params(learning_decay=2.0)
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"^The 'learning_decay' parameter of _Stream must be a float in the range "
+        r"\(0\.5, 1\.0\]\. Got 2\.0 instead\.$",
+    ):
+        model.partial_fit(np.ones((3, 2)))
+    model.set_params(learning_decay=0.7, n_components=3)
+    with pytest.raises(
+        ValueError,
+        match=r"^_Stream\.partial_fit: n_components=3 differs from the stream this model "
+        r"carries \(n_components=2\); restore it, or call fit to start anew\.$",
+    ):
+        model.partial_fit(np.ones((3, 2)))
+    model.set_params(n_components=2)
+    with pytest.raises(ValueError, match=r"^n_samples must be None or an int >= 1; got 0\.$"):
+        model.partial_fit(np.ones((3, 2)), n_samples=0)
+    with pytest.raises(ValueError, match="the step failed"):
+        model.partial_fit(np.full((3, 2), np.nan))
+    assert (model.n_samples_seen_, model.n_steps_, model._online) == state
+    assert model.partial_fit(np.ones((3, 2))).n_steps_ == 2

@@ -607,7 +607,7 @@ def test_partial_fit_bad_chunks(stream):
         model.partial_fit([])
     with pytest.raises(ValueError, match=r"docs\[0\] has an all-zero row: row 1"):
         model.partial_fit([np.array([[1.0] + [0.0] * 9, [0.0] * 10])])
-    with pytest.raises(ValueError, match="n_sets must be None or an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="n_sets must be None or an int >= 1; got 0"):
         model.partial_fit([np.eye(10)], n_sets=0)
     with pytest.raises(ValueError, match=r"weights\[0\] has a negative value at position 2"):
         model.partial_fit([np.eye(10)[:3]], [np.array([1.0, 1.0, -1.0])])
@@ -646,7 +646,11 @@ def test_partial_fit_continues_a_vem_fit(stream_data):
     assert (model.n_sets_seen_, model.n_steps_, model.n_iter_) == (400, 1, batch.n_iter_ + 1)
     np.testing.assert_allclose(model.mean_directions_, batch.mean_directions_, atol=1e-6)
     np.testing.assert_allclose(model.concentrations_, batch.concentrations_, rtol=1e-6)
-    with pytest.raises(ValueError, match="n_topics=5 differs from the 4 topics of the stream"):
+    with pytest.raises(
+        ValueError,
+        match=r"DirichletVMFMixture.partial_fit: n_topics=5 differs from the stream this model "
+        r"carries \(n_topics=4\); restore it, or call fit to start anew\.",
+    ):
         model.set_params(n_topics=5).partial_fit(train[:5])
     assert (model.n_sets_seen_, model.n_steps_) == (400, 1)
 

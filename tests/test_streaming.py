@@ -1,5 +1,7 @@
 """Streaming: stepwise EM (SparseVMFMixture.partial_fit) and the chunked .npz reader."""
 
+import copy
+import re
 import warnings
 
 import jax
@@ -7,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from scipy.special import ive, logsumexp
+from sklearn.utils._param_validation import InvalidParameterError
 
 from bayesvmf import _mixture, _parallel
 from bayesvmf.data import check_directional
@@ -169,6 +172,51 @@ def test_streaming_argument_errors(corpus, fits):
         r"\(0\.5, 1\.0\]\. Got 0\.5 instead\.",
     ):
         SparseVMFMixture(2, learning_decay=0.5).partial_fit(np.eye(4))
+
+
+def test_sparse_stream_checks_every_call(corpus, fits):
+    """partial_fit validates the parameters at every call (set_params may change them
+    between calls), refuses a stream whose n_components or shared_kappa changed (it used to
+    go on, or fail inside the step), and a refused call or chunk leaves the model as it was;
+    fit forgets the stream and its counters."""
+    X, _ = corpus
+    model = copy.deepcopy(fits[1])
+    state = (model.n_samples_seen_, model.n_steps_, model.n_iter_, model._online)
+    for change, now in (
+        ({"n_components": K + 1}, f"n_components={K + 1}, shared_kappa=False"),
+        ({"shared_kappa": True}, f"n_components={K}, shared_kappa=True"),
+    ):
+        model.set_params(**change)
+        with pytest.raises(
+            ValueError,
+            match="^"
+            + re.escape(
+                f"SparseVMFMixture.partial_fit: {now} differ from the stream this model carries "
+                f"(n_components={K}, shared_kappa=False); restore them, or call fit to start "
+                "anew."
+            )
+            + "$",
+        ):
+            model.partial_fit(X[:150])
+        model.set_params(n_components=K, shared_kappa=False)
+    model.set_params(learning_decay=2.0)
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"^The 'learning_decay' parameter of SparseVMFMixture must be a float in the "
+        r"range \(0\.5, 1\.0\]\. Got 2\.0 instead\.$",
+    ):
+        model.partial_fit(X[:150])
+    model.set_params(learning_decay=0.7)
+    bad = X[:150].toarray()
+    bad[2] = 0.0
+    with pytest.raises(ValueError, match="all-zero row: row 2"):
+        model.partial_fit(bad)
+    assert (model.n_samples_seen_, model.n_steps_, model.n_iter_, model._online) == state
+    model.partial_fit(X[:150], n_samples=N)
+    assert (model.n_samples_seen_, model.n_steps_) == (N + 150, N_CHUNKS)
+    model.fit(X)
+    assert model._online is None
+    assert not hasattr(model, "n_samples_seen_") and not hasattr(model, "n_steps_")
 
 
 # ---- document chunks: DirichletVMFMixture (stochastic VI over sets of vectors) -------------

@@ -10,7 +10,7 @@ References
 from __future__ import annotations
 
 import warnings
-from numbers import Integral, Real
+from numbers import Integral
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _guards, _mixture, _parallel, _seeding, special
-from bayesvmf._base import RANDOM_STATE
+from bayesvmf._base import RANDOM_STATE, STREAM_CONSTRAINTS, StreamingMixin
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian import _bvmf_stream, _kappa
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
@@ -41,7 +41,7 @@ from bayesvmf.models.bayesian._shared import FINITE, NONNEGATIVE, POSITIVE, fit_
 __all__ = ["BayesianVMFMixture"]
 
 
-class BayesianVMFMixture(_mixture.BaseVMFMixture):
+class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
     r"""Bayesian mixture of von Mises-Fisher distributions (B-vMFmix, Gopal & Yang [1]_).
 
     pi ~ Dir(alpha), mu_k ~ vMF(mu0, C0), kappa_k ~ LogNormal(m, s2), z_i ~ Cat(pi),
@@ -128,7 +128,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         Number of draws of q(kappa) behind :meth:`score_samples` and :meth:`to_arviz`
         (sampling scheme; the bounding scheme's log-normal uses Gauss-Hermite quadrature).
     learning_decay : float in (0.5, 1], default 0.7
-        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`.
+        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`
+        (:class:`bayesvmf._base.StreamingMixin`).
     learning_offset : float >= 0, default 1.0
         The offset tau of those step sizes (a larger tau damps the first steps).
     normalize : bool, default True
@@ -238,13 +239,14 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         "kappa_num_warmup": [Interval(Integral, 0, None, closed="left")],
         "kappa_num_steps": [Interval(Integral, 1, None, closed="left")],
         "predictive_draws": [Interval(Integral, 1, None, closed="left")],
-        "learning_decay": [Interval(Real, 0.5, 1.0, closed="right")],
-        "learning_offset": [NONNEGATIVE],
+        **STREAM_CONSTRAINTS,
         "normalize": ["boolean"],
         "random_state": RANDOM_STATE,
         "verbose": ["verbose"],
         "devices": _parallel.DevicesOption(),
     }
+    #: what the global factors of a stream are shaped and updated by (StreamingMixin)
+    _stream_params = ("n_components", "kappa_update", "shared_kappa")
 
     _fitted_attributes = _mixture.BaseVMFMixture._fitted_attributes + (
         "weight_concentration_",
@@ -445,9 +447,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         priors, labels, statistics = self._resolve(data, key_init)
         # a new fit forgets any stream and its counters (a VI fit sets its own state); only
         # now, so that a fit refused by _resolve leaves the model as it was
-        self._online = None
-        for name in ("n_samples_seen_", "n_steps_"):
-            self.__dict__.pop(name, None)
+        self._stream_forget()
         if self.inference == "gibbs":
             from bayesvmf.models.bayesian import _gibbs
 
@@ -546,10 +546,11 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
         rows. A model fitted by Gibbs sampling has no variational factors to continue from:
         partial_fit asks for ``inference="vi"``, and with it starts a new stream. A model
         fitted by VI (``fit``, or earlier calls) continues from its state, with t counted
-        from that fit; changing ``n_components`` or ``kappa_update`` in between is an error,
-        and a call that raises leaves the model as it was. Chunks are padded to a few
-        bucket sizes (rows and nnz, at most 41% padding, weight 0), so a stream of similar
-        chunks compiles a few programs and then none. :func:`bayesvmf.streaming.fit_streaming`
+        from that fit; every call validates the parameters, changing ``n_components``,
+        ``kappa_update`` or ``shared_kappa`` in between is an error, and a call that raises
+        leaves the model as it was. Chunks are padded to a few bucket sizes (rows and nnz,
+        at most 41% padding, weight 0), so a stream of similar chunks compiles a few
+        programs and then none. :func:`bayesvmf.streaming.fit_streaming`
         feeds the chunks of a corpus stored as ``.npz`` files. A model restored by
         :func:`bayesvmf.load` carries no stream state and starts a new stream.
 
@@ -622,7 +623,7 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             post.psi * stats.resultant, axis=-1
         )
         # the global natural parameters of this fit: partial_fit continues from them
-        self._online = StreamState(
+        online = StreamState(
             stats.resp_sum,
             post.kappa.mean_kappa[:, None] * stats.resultant,
             dot,
@@ -630,9 +631,8 @@ class BayesianVMFMixture(_mixture.BaseVMFMixture):
             run.priors,
             run.key,
         )
-        self._online_scheme = (self.kappa_update, bool(self.shared_kappa))
-        self.n_samples_seen_, self.n_steps_ = int(data.shape[0]), 0
-        self._set_posterior(self._online, run.accept_rate, rng_key)
+        self._stream_commit(online, int(data.shape[0]))
+        self._set_posterior(online, run.accept_rate, rng_key)
         self.lower_bounds_ = np.array([h[best] for h in history[:n_iter]], dtype=np.float64)
         self.lower_bound_ = float(bounds[best])
         self.run_lower_bounds_ = bounds

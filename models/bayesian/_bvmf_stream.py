@@ -1,8 +1,9 @@
 """Stochastic variational inference of B-vMFmix, one chunk at a time (its ``partial_fit``).
 
 The step itself (Hoffman et al.'s SVI [1]_ on the model of Gopal & Yang [2]_, sec. 3.1) is
-:func:`._bvmf_vi.svi_step`; this module checks a call, starts a stream from the first chunk
-and sets the estimator's attributes. The estimator is
+:func:`._bvmf_vi.svi_step`; the bookkeeping of a stream (checks, counters, step sizes) is
+:class:`bayesvmf._base.StreamingMixin`; this module adds B-vMFmix's own checks, starts a
+stream from the first chunk and sets the estimator's attributes. The estimator is
 :class:`bayesvmf.models.BayesianVMFMixture`.
 
 References
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayesvmf import _guards, _parallel
-from bayesvmf._base import check_count, make_key
+from bayesvmf._base import make_key
 from bayesvmf.exceptions import DegenerateRunWarning
 from bayesvmf.models.bayesian._bvmf_vi import svi_step
 from bayesvmf.models.bayesian._shared import fit_data
@@ -31,40 +32,22 @@ __all__ = ["partial_fit"]
 
 def partial_fit(model, X, n_samples):
     """Run :meth:`bayesvmf.models.BayesianVMFMixture.partial_fit` on ``model``; return it."""
-    online = getattr(model, "_online", None)
-    first = online is None
-    # every call: set_params may have changed anything since the last one
-    model._validate_params()
+    first, n_samples = model._stream_begin(n_samples)
     if model.inference != "vi":
         raise ValueError(
             f"{type(model).__name__}.partial_fit runs stochastic variational "
             f"inference: it needs inference='vi'; got inference={model.inference!r}."
         )
-    if first:
-        if not isinstance(model.init, str):
-            raise ValueError(
-                f"{type(model).__name__}.partial_fit: init as an array of labels "
-                "cannot be used (the labels of the first chunk are unknown); use "
-                "a seeding method (the default init, 'greedy-spherical-kmeans++', "
-                "'spherical-kmeans++' or 'random')."
-            )
-    else:
-        stream = (online.resp_sum.shape[0], *model._online_scheme)
-        if stream != (model.n_components, model.kappa_update, bool(model.shared_kappa)):
-            raise ValueError(
-                f"{type(model).__name__}.partial_fit: n_components={model.n_components}, "
-                f"kappa_update={model.kappa_update!r}, shared_kappa={model.shared_kappa} "
-                f"differ from the stream this model carries (n_components={stream[0]}, "
-                f"kappa_update={stream[1]!r}, shared_kappa={stream[2]}); restore them, or "
-                "call fit to start anew."
-            )
-    check_count(n_samples, "n_samples", allow_none=True)
+    if first and not isinstance(model.init, str):
+        raise ValueError(
+            f"{type(model).__name__}.partial_fit: init as an array of labels "
+            "cannot be used (the labels of the first chunk are unknown); use "
+            "a seeding method (the default init, 'greedy-spherical-kmeans++', "
+            "'spherical-kmeans++' or 'random')."
+        )
     devices = model._check_devices()
     Xc = model._check_input(X, reset=first)
-    # the counters change only once the step has succeeded: a chunk that fails
-    # validation leaves the model as it was
-    n_seen = (0 if first else model.n_samples_seen_) + Xc.shape[0]
-    corpus_rows = n_seen if n_samples is None else n_samples
+    step = model._stream_step(first, Xc.shape[0], n_samples)
     with jax.enable_x64(True):
         key = make_key(model.random_state)
         if first:
@@ -72,23 +55,18 @@ def partial_fit(model, X, n_samples):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegenerateRunWarning)
                 model._fit(fit_data(Xc, devices), key)
-            online, n_steps, step_size = model._online, 0, 1.0
-        else:
-            n_steps = model.n_steps_ + 1
-            step_size = (n_steps + model.learning_offset) ** (-model.learning_decay)
         blocks = _parallel.row_blocks(Xc, jnp.float64, devices=devices, bucket=True)
         online, bound, accept, effective = svi_step(
-            online,
+            model._online,
             blocks.counted_by_weight(),
-            np.float64(step_size),
-            np.float64(corpus_rows / Xc.shape[0]),
+            np.float64(step.step_size),
+            np.float64(step.n_total / Xc.shape[0]),
             np.bool_(model.empirical_bayes),
             shared_kappa=bool(model.shared_kappa),
             **model._static(),
         )
-        model._online = online
-        model.n_samples_seen_, model.n_steps_ = n_seen, n_steps
-        model._set_posterior(online, accept, jax.random.fold_in(key, n_steps))
+        model._stream_commit(online, step.n_seen, step.n_steps)
+        model._set_posterior(online, accept, jax.random.fold_in(key, step.n_steps))
     model.lower_bound_ = float(bound)
     model.lower_bounds_ = np.append(model.lower_bounds_, model.lower_bound_)
     model.n_iter_ += 1
@@ -98,7 +76,7 @@ def partial_fit(model, X, n_samples):
     # row too (effective rows never exceed N_k)
     diag = _guards.diagnose(
         online.resp_sum,
-        n_rows=corpus_rows,
+        n_rows=step.n_total,
         kappa=online.post.kappa.mean_kappa,
         effective_rows=np.maximum(np.asarray(effective), np.asarray(online.resp_sum)),
     )

@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _arviz, _guards, _mixture, _parallel
-from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator
+from bayesvmf._base import RANDOM_STATE, STREAM_CONSTRAINTS, BaseVMFEstimator, StreamingMixin
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.dirichlet import _degeneracy
 from bayesvmf.models.dirichlet._corpus import (
@@ -50,7 +50,7 @@ from bayesvmf.models.dirichlet._vem import (
 SHARED_KAPPA_DEFAULT = True
 
 
-class DirichletVMFMixture(BaseVMFEstimator):
+class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
     r"""Dirichlet-vMF mixture over sets of vectors (VMFMix [1]_), by VEM or collapsed Gibbs.
 
     Each document is a set of unit vectors drawn from a document-specific mixture of K vMF
@@ -93,9 +93,10 @@ class DirichletVMFMixture(BaseVMFEstimator):
     normalize : bool, default=True
         Rescale the vectors to unit norm (with False they must already be unit norm).
     learning_decay : float in (0.5, 1], default=0.7
-        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`.
+        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`
+        (:class:`bayesvmf._base.StreamingMixin`).
     learning_offset : float >= 0, default=1.0
-        The offset tau of those step sizes (larger values damp the first steps).
+        The offset tau of those step sizes (a larger tau damps the first steps).
     dtype : {"float64", "mixed"}, default="float64"
         "mixed" stores the vectors in float32 and runs the two data products X @ mu.T and
         resp.T @ X in float32 (VEM, SVI, transform, score); everything else (log-normalisers,
@@ -213,13 +214,17 @@ class DirichletVMFMixture(BaseVMFEstimator):
         "random_state": RANDOM_STATE,
         "verbose": ["verbose"],
         "normalize": ["boolean"],
-        "learning_decay": [Interval(numbers.Real, 0.5, 1, closed="right")],
-        "learning_offset": [Interval(numbers.Real, 0, None, closed="left")],
+        **STREAM_CONSTRAINTS,
         "dtype": [StrOptions({"float64", "mixed"})],
         "shared_kappa": ["boolean"],
         "devices": _parallel.DevicesOption(),
     }
     _fitted_check = ("mean_directions_",)
+    #: the stream of partial_fit (StreamingMixin): its statistics have n_topics rows; its
+    #: counter counts documents
+    _stream_params = ("n_topics",)
+    _stream_seen = "n_sets_seen_"
+    _stream_count = "n_sets"
 
     def __sklearn_tags__(self):
         """Return the tags: the input is a list of documents, not a 2-D array or sparse matrix."""
@@ -390,9 +395,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
             )
         key = self._make_key()
         # a new fit forgets any stream; a VEM fit starts its own (see _fit_vem)
-        self._online = None
-        for name in ("n_sets_seen_", "n_steps_"):
-            self.__dict__.pop(name, None)
+        self._stream_forget()
         with jax.enable_x64(True):
             if self.inference == "vem":
                 self._fit_vem(key, X, w, offsets)
@@ -442,63 +445,45 @@ class DirichletVMFMixture(BaseVMFEstimator):
         ``lower_bound_`` the chunk's bound (5) + (8) per unit of vector weight, both at the
         topics before the update; ``weights_`` is the running share n_{..k} / sum n_{..k}.
         Only ``inference="vem"`` streams. ``fit`` forgets the stream (a VEM fit starts a new
-        one from its own statistics). A call whose chunk fails validation raises and leaves
-        the model unchanged. Every later call diagnoses the running topics (the degeneracy
-        attributes, a ``DegenerateRunWarning``), with the chunk's counts per word type.
+        one from its own statistics). Every call validates the parameters; changing
+        ``n_topics`` during a stream is an error, and a call that raises (a refused
+        parameter, a chunk that fails validation) leaves the model unchanged. Every later
+        call diagnoses the running topics (the degeneracy attributes, a
+        ``DegenerateRunWarning``), with the chunk's counts per word type.
         """
-        online = getattr(self, "_online", None)
-        first = online is None
-        # every call: set_params may have changed anything since the last one
-        self._validate_params()
+        first, n_sets = self._stream_begin(n_sets)
         if self.inference != "vem":
             raise ValueError(
                 f"partial_fit needs inference='vem' (stochastic VI), got {self.inference!r}"
             )
-        if not first and online[1].shape[0] != self.n_topics:
-            raise ValueError(
-                f"n_topics={self.n_topics} differs from the {online[1].shape[0]} topics of the "
-                "stream this model carries; restore n_topics or call fit to start anew"
-            )
-        if n_sets is not None and (
-            not isinstance(n_sets, numbers.Integral) or isinstance(n_sets, bool) or n_sets < 1
-        ):
-            raise ValueError(f"n_sets must be None or an integer >= 1, got {n_sets!r}")
-        # the counters change only once the step has succeeded: a chunk that fails
-        # validation leaves the model as it was
         if first:
             X, w, offsets = self._fit_new(docs, weights)
-            online, n_steps, step_size = self._online, 0, 1.0
-            n_seen = len(offsets) - 1
         else:
             X, w, offsets = self._corpus(docs, weights, fitted=True)
-            n_steps = self.n_steps_ + 1
-            step_size = (n_steps + self.learning_offset) ** (-self.learning_decay)
-            n_seen = self.n_sets_seen_ + len(offsets) - 1
         n_chunk = len(offsets) - 1
-        corpus_sets = n_seen if n_sets is None else n_sets
+        step = self._stream_step(first, n_chunk, n_sets)
         devices = _parallel.resolve_devices(self.devices)
         with jax.enable_x64(True):
             shared = bool(self.shared_kappa)
             if devices is None:
                 corpus, n_docs = padded_corpus(X, w, offsets, self._product_dtype())
-                step = functools.partial(_svi_step, shared_kappa=shared)
+                svi = functools.partial(_svi_step, shared_kappa=shared)
                 doc_counts, doc_index = jnp.int32(n_docs), np.arange(n_docs)
             else:
                 sharded = shard_documents(
                     X, w, offsets, devices, self._product_dtype(), bucket=True
                 )
-                corpus, step = sharded.corpus, _sharded_svi_step(sharded.mesh, shared)
+                corpus, svi = sharded.corpus, _sharded_svi_step(sharded.mesh, shared)
                 doc_counts, doc_index = sharded.doc_counts, sharded.doc_index
-            stats, mu, kappa, collapsed, phi, bound = step(
-                *online,
+            stats, mu, kappa, collapsed, phi, bound = svi(
+                *self._online,
                 corpus,
                 doc_counts,
                 jnp.float64(self.alpha),
                 jnp.float64(self.kappa_max),
-                jnp.float64(step_size),
-                jnp.float64(corpus_sets / n_chunk),
+                jnp.float64(step.step_size),
+                jnp.float64(step.n_total / n_chunk),
             )
-            self._online = (stats, mu, kappa)
             resp_sum = np.asarray(stats.resp_sum)
             phi = np.asarray(phi)[doc_index]
             self.mean_directions_ = np.asarray(mu)
@@ -514,7 +499,7 @@ class DirichletVMFMixture(BaseVMFEstimator):
                 diagnosis = _degeneracy.diagnose(
                     resp_sum, float(resp_sum.sum()), self.concentrations_, self.kappa_max
                 )
-        self.n_sets_seen_, self.n_steps_ = n_seen, n_steps
+        self._stream_commit((stats, mu, kappa), step.n_seen, step.n_steps)
         if not first:
             self.n_iter_ += 1
             self._guard(diagnosis, int(diagnosis.degenerate), 1, stacklevel=4)
@@ -588,14 +573,14 @@ class DirichletVMFMixture(BaseVMFEstimator):
         self.collapsed_ = np.asarray(info.collapsed)
         # the statistics of eqs. (6), (7) behind the returned topics: partial_fit continues
         # from them (SVI step t = 1, 2, ... after this fit)
-        self._online = (
+        online = (
             SVIStats(
                 jnp.asarray(info.resp_sum, jnp.float64), jnp.asarray(info.resultant, jnp.float64)
             ),
             jnp.asarray(state.mu, jnp.float64),
             jnp.asarray(state.kappa, jnp.float64),
         )
-        self.n_sets_seen_, self.n_steps_ = len(offsets) - 1, 0
+        self._stream_commit(online, len(offsets) - 1)
         self._guard(diagnoses[best], sum(d.degenerate for d in diagnoses), self.n_init)
 
     def _guard(self, diagnosis, n_degenerate: int, n_runs: int, stacklevel: int = 6) -> None:

@@ -23,7 +23,7 @@ import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
 from bayesvmf import _arviz, _data, _guards, _mixture, _parallel, _seeding, criteria
-from bayesvmf._base import check_count
+from bayesvmf._base import STREAM_CONSTRAINTS, StreamingMixin
 from bayesvmf._mixture import Status
 from bayesvmf.models.sparse import _em
 from bayesvmf.models.sparse import _online as _stepwise
@@ -41,7 +41,7 @@ _PATH_CONSTRAINTS = {
 }
 
 
-class SparseVMFMixture(_mixture.BaseVMFMixture):
+class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
     """l1-penalised (sparse) mixture of von Mises-Fisher distributions (Rossi & Barbaro).
 
     Maximises eq. (11) of [1]_ by the EM of Algorithm 2; ``beta = 0`` is the classical vMF
@@ -129,9 +129,10 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         ``jax.devices()``; None is the default device. ``fit``, ``fit_predict`` and
         ``partial_fit`` shard; ``predict``, ``score`` etc. run on the default device.
     learning_decay : float in (0.5, 1], default 0.7
-        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`.
+        The exponent a of the step sizes rho_t = (t + tau)^(-a) of :meth:`partial_fit`
+        (:class:`bayesvmf._base.StreamingMixin`).
     learning_offset : float >= 0, default 1.0
-        The offset tau of those step sizes.
+        The offset tau of those step sizes (a larger tau damps the first steps).
 
     Attributes
     ----------
@@ -210,9 +211,10 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         "rtol": [Interval(numbers.Real, 0.0, None, closed="left")],
         "kmeans_iter": [Interval(numbers.Integral, 0, None, closed="left")],
         "devices": _parallel.DevicesOption(),
-        "learning_decay": [Interval(numbers.Real, 0.5, 1.0, closed="right")],
-        "learning_offset": [Interval(numbers.Real, 0.0, None, closed="left")],
+        **STREAM_CONSTRAINTS,
     }
+    #: what the running statistics of partial_fit are shaped by (StreamingMixin)
+    _stream_params = ("n_components", "shared_kappa")
 
     _fitted_attributes = _mixture.BaseVMFMixture._fitted_attributes + (
         "log_likelihood_",
@@ -318,7 +320,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
 
     def _training_data(self, Xc):
         """Return the training data: on the default device, or sharded with ``devices``."""
-        self._online = None  # a batch fit forgets any earlier partial_fit stream
+        self._stream_forget()  # a batch fit forgets any earlier partial_fit stream
         if self.devices is None:
             return _data.to_device(Xc, self._product_dtype(), transposed=True)
         return self._blocks(Xc)
@@ -349,7 +351,11 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
         :func:`online_em_step`. The first call initialises from the first chunk: a batch fit
         of it (``n_init`` restarts, ``max_iter``, ``tol``; it needs at least
         ``n_components`` rows; its penalty is beta m / n for the m rows of the chunk standing
-        for n rows), whose statistics start the running averages (rho = 1).
+        for n rows), whose statistics start the running averages (rho = 1). Every call
+        validates the parameters (``set_params`` may change them between calls); changing
+        ``n_components`` or ``shared_kappa`` during a stream is an error, and a call that
+        raises leaves the model as it was. ``fit`` forgets the stream and its counters (the
+        next call starts a new one).
 
         Chunks are padded to a few bucket sizes (rows and nnz, at most 41% padding, weight
         0), so a stream of similar chunks compiles a few programs and then none. With
@@ -376,21 +382,17 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
            latent data models", J. R. Stat. Soc. B 71 (2009) 593-613.
         .. [4] P. Liang and D. Klein, "Online EM for unsupervised models", NAACL-HLT 2009.
         """
-        online = getattr(self, "_online", None)
-        first = online is None
+        first, n_samples = self._stream_begin(n_samples)
+        Xc = self._check_input(X, reset=first)
         if first:
-            self._validate_params()
             # the clusters of an earlier fit's rows do not describe the streamed model
             self.__dict__.pop("labels_", None)
-        n_samples = check_count(n_samples, "n_samples", allow_none=True)
-        Xc = self._check_input(X, reset=first)
-        n_seen = (0 if first else self.n_samples_seen_) + Xc.shape[0]
-        weight_rows = n_seen if n_samples is None else n_samples
+        step = self._stream_step(first, Xc.shape[0], n_samples)
         with jax.enable_x64(True):
             data = self._blocks(Xc, bucket=True)
             if first:
-                # the chunk's rows stand for weight_rows rows: scale the penalty accordingly
-                chunk_beta = self.beta * Xc.shape[0] / weight_rows
+                # the chunk's rows stand for n_total rows: scale the penalty accordingly
+                chunk_beta = self.beta * Xc.shape[0] / step.n_total
                 # (no pass for the chunk's labels and their diagnosis: not kept)
                 self._fit(data, self._make_key(), beta=chunk_beta, with_labels=False)
                 run = self._best_state
@@ -403,21 +405,20 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
                     jnp.asarray(run.mu[0]),
                     jnp.asarray(run.kappa[0]),
                 )
-                self.n_samples_seen_, self.n_steps_, step_size = 0, 0, 1.0
             else:
-                self.n_steps_ += 1
-                step_size = (self.n_steps_ + self.learning_offset) ** (-self.learning_decay)
-            self.n_samples_seen_ = n_seen
+                online = self._online
             stats, log_weights, mu, kappa, status, log_likelihood = _stepwise.online_em_step(
                 *online,
                 data,
-                np.float64(step_size),
-                np.float64(weight_rows),
+                np.float64(step.step_size),
+                np.float64(step.n_total),
                 np.float64(self.beta),
                 np.float64(self.kappa_max),
                 shared_kappa=bool(self.shared_kappa),
             )
-            self._online = _stepwise._OnlineState(stats, log_weights, mu, kappa)
+            self._stream_commit(
+                _stepwise._OnlineState(stats, log_weights, mu, kappa), step.n_seen, step.n_steps
+            )
             mu_host = np.asarray(mu)
         weights = np.exp(np.asarray(log_weights))
         self.weights_ = weights / weights.sum()
@@ -436,7 +437,7 @@ class SparseVMFMixture(_mixture.BaseVMFMixture):
             self,
             _guards.diagnose(
                 self.weights_,
-                n_rows=float(weight_rows),
+                n_rows=float(step.n_total),
                 kappa=self.concentrations_,
                 kappa_max=float(self.kappa_max),
             ),
