@@ -110,13 +110,24 @@ def _row_norms_dense(X: np.ndarray) -> np.ndarray:
     return scale * np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
 
 
-def _row_norms_csr(values: np.ndarray, rows: np.ndarray, n_rows: int) -> np.ndarray:
-    """Row norms of CSR rows (``values`` and their row index), scaled like the dense norms."""
+def _row_norms_csr(values: np.ndarray, rows: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    """Row norms of CSR rows, scaled like the dense norms.
+
+    ``values`` are the stored values of a slice of rows, ``rows`` the local row of each and
+    ``indptr`` the slice's row pointers (from its first row's offset). The largest |entry| of
+    each row comes from ``maximum.reduceat`` over the non-empty rows (a max is exact in any
+    order; ``maximum.at`` took 40% of a check); the sum of squares is bincount's, in the
+    order of the values.
+    """
+    n_rows = indptr.shape[0] - 1
+    counts = np.diff(indptr)
     absdata = np.abs(values)
     scale = np.zeros(n_rows)
-    np.maximum.at(scale, rows, absdata)
+    nonempty = counts > 0
+    if absdata.size:
+        scale[nonempty] = np.maximum.reduceat(absdata, indptr[:-1][nonempty] - indptr[0])
     safe = np.where(scale > 0, scale, 1.0)
-    scaled = absdata / safe[rows]
+    scaled = absdata / np.repeat(safe, counts)
     return scale * np.sqrt(np.bincount(rows, weights=scaled * scaled, minlength=n_rows))
 
 
@@ -150,7 +161,7 @@ def _check_csr_rows(Xc: scipy.sparse.csr_matrix, name: str) -> np.ndarray:
         bad = ~np.isfinite(values)
         if bad.any():
             raise ValueError(f"{name} has a NaN or infinite value in row {start + rows[bad].min()}")
-        norms[start:stop] = _row_norms_csr(values, rows, stop - start)
+        norms[start:stop] = _row_norms_csr(values, rows, Xc.indptr[start : stop + 1])
     return norms
 
 
