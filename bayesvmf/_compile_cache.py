@@ -202,12 +202,30 @@ def compilation_cache(enabled: bool | None = None, folder=None) -> Iterator[Path
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     # JAX opens its cache at the first compilation after a reset, with the settings of then
     jax_cache.reset_cache()
+    token = _PROGRAM_FOLDER.set(folder)
     try:
         yield folder
     finally:
+        _PROGRAM_FOLDER.reset(token)
         for name, value in before.items():
             jax.config.update(name, value)
         jax_cache.reset_cache()
+
+
+#: The folder of the innermost :func:`compilation_cache` block that set one (not the
+#: session's own): where :mod:`bayesvmf._program_cache` keeps its traced programs.
+_PROGRAM_FOLDER: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "bayesvmf_program_folder", default=None
+)
+
+
+def program_folder() -> Path | None:
+    """Return the folder of the :func:`compilation_cache` block running now, if it set one.
+
+    None outside such a block, and inside one that found the session's own cache folder
+    (programs are then traced as usual: :mod:`bayesvmf._program_cache`).
+    """
+    return _PROGRAM_FOLDER.get()
 
 
 def cached(method: Callable) -> Callable:

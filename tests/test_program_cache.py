@@ -1,0 +1,171 @@
+"""Tests of bayesvmf._program_cache: traced programs written to and read from disk."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bayesvmf import _program_cache
+from bayesvmf._compile_cache import ENV_DISABLE, compilation_cache
+from bayesvmf._program_cache import PROGRAMS, persistent_jit
+
+TRACES = []
+
+
+class Pair(NamedTuple):
+    """A named tuple argument and result (registered for serialisation when met)."""
+
+    left: object
+    right: object
+
+
+@jax.tree_util.register_pytree_node_class
+class Scaled:
+    """A custom pytree node with JSON-able static data."""
+
+    def __init__(self, values, shape, label):
+        self.values, self.shape, self.label = values, tuple(shape), label
+
+    def tree_flatten(self):
+        return (self.values,), (self.shape, self.label)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(children[0], *aux)
+
+
+@persistent_jit(
+    static_argnames=("power",), compiler_options={"xla_llvm_disable_expensive_passes": True}
+)
+def _program(pair, scaled, power, offset=None):
+    TRACES.append(power)
+    total = pair.left * scaled.values**power + jnp.sum(pair.right) * len(scaled.shape)
+    if offset is not None:
+        total = total + offset
+    return Pair(total, jnp.cumsum(total)), jnp.float64(scaled.label == "a")
+
+
+def _arguments():
+    pair = Pair(jnp.arange(4.0), jnp.ones(3))
+    return pair, Scaled(jnp.linspace(0.5, 2.0, 4), (2, 2), "a")
+
+
+def _files(folder):
+    return sorted((folder / PROGRAMS).glob("*.jaxexport"))
+
+
+def _forget():
+    """Forget the programs of this process (as a new process would start)."""
+    _program_cache._LOADED.clear()
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv(ENV_DISABLE, raising=False)  # the suite turns the cache off
+    monkeypatch.setattr(_program_cache, "_LOADED", {})
+    TRACES.clear()
+
+
+def test_a_program_is_written_then_read_back_without_tracing(tmp_path):
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        expected = _program.jitted(pair, scaled, 3)
+        TRACES.clear()
+        with compilation_cache(folder=tmp_path):
+            first = _program(pair, scaled, 3)
+            again = _program(pair, scaled, 3)
+        assert TRACES == [3] and len(_files(tmp_path)) == 1  # traced once, written once
+        _forget()
+        with compilation_cache(folder=tmp_path):
+            read = _program(pair, scaled, power=3)
+        assert TRACES == [3]  # read back: not traced again
+    for out in (first, again, read):
+        assert isinstance(out[0], Pair)
+        for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(expected), strict=True):
+            np.testing.assert_array_equal(a, b)  # the same program as the plain jit
+
+
+def test_each_static_value_shape_and_tree_is_a_program(tmp_path):
+    pair, scaled = _arguments()
+    with jax.enable_x64(True), compilation_cache(folder=tmp_path):
+        _program(pair, scaled, 2)
+        _program(pair, scaled, 3)
+        _program(Pair(jnp.arange(5.0), jnp.ones(3)), Scaled(jnp.ones(5), (5,), "b"), 2)
+        _program(pair, scaled, 2, offset=jnp.float64(1.0))
+        _program(pair, scaled, 2)
+    assert TRACES == [2, 3, 2, 2] and len(_files(tmp_path)) == 4
+
+
+def test_edited_sources_trace_anew(tmp_path, monkeypatch):
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        with compilation_cache(folder=tmp_path):
+            _program(pair, scaled, 2)
+        _forget()
+        monkeypatch.setattr(_program_cache, "_source_hash", lambda: "edited")
+        with compilation_cache(folder=tmp_path):
+            _program(pair, scaled, 2)
+    assert TRACES == [2, 2] and len(_files(tmp_path)) == 2
+
+
+def test_without_a_cache_block_it_is_the_plain_jit(tmp_path):
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        _program(pair, scaled, 2)
+        with compilation_cache(enabled=False):
+            _program(pair, scaled, 2)
+    assert not (tmp_path / PROGRAMS).exists() and _program_cache._LOADED == {}
+
+
+def test_a_damaged_file_is_written_again(tmp_path):
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        with compilation_cache(folder=tmp_path):
+            expected = _program(pair, scaled, 2)
+        (path,) = _files(tmp_path)
+        path.write_bytes(b'{"format": 1, "types": []}\nnot a flatbuffer')
+        _forget()
+        with compilation_cache(folder=tmp_path):
+            out = _program(pair, scaled, 2)
+    assert TRACES == [2, 2] and path.read_bytes() != b"not a flatbuffer"
+    for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@persistent_jit
+def _with_callback(x):
+    TRACES.append("callback")
+    host = jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    return host * 2.0
+
+
+def test_a_program_export_cannot_hold_falls_back_once(tmp_path):
+    x = jnp.linspace(0.0, 1.0, 5)
+    with compilation_cache(folder=tmp_path):
+        first = _with_callback(x)
+        second = _with_callback(x)
+    np.testing.assert_allclose(first, 2.0 * np.sin(np.asarray(x)), rtol=1e-6)
+    np.testing.assert_array_equal(first, second)
+    assert _files(tmp_path) == []  # a host callback cannot be serialised: not written
+    assert TRACES == ["callback", "callback"]  # the failed export, then the plain jit once
+
+
+def test_under_tracing_it_is_the_plain_function(tmp_path):
+    @persistent_jit
+    def double(x):
+        return 2.0 * x
+
+    with compilation_cache(folder=tmp_path):
+        out = jax.jit(lambda x: double(x) + 1.0)(jnp.arange(3.0))
+    np.testing.assert_array_equal(out, [1.0, 3.0, 5.0])
+    assert _files(tmp_path) == []
+
+
+def test_without_flatbuffers_it_is_the_plain_jit(tmp_path, monkeypatch):
+    monkeypatch.setattr(_program_cache, "_serialisation_available", lambda: False)
+    pair, scaled = _arguments()
+    with jax.enable_x64(True), compilation_cache(folder=tmp_path):
+        _program(pair, scaled, 2)
+    assert _files(tmp_path) == [] and _program_cache._LOADED == {}
