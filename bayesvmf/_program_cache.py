@@ -146,6 +146,20 @@ def _import_type(name: str) -> type:
     return obj
 
 
+def _static_repr(value) -> str | None:
+    """Return a static argument as one text in every process (None: it has none).
+
+    Functions (static callables) by their module and name; other values by ``repr``, unless
+    it holds a memory address (an object without a stable text: the call is then not kept).
+    """
+    if callable(value) and hasattr(value, "__qualname__"):
+        if "<" in value.__qualname__:  # a lambda or a local function: no stable name
+            return None
+        return f"{value.__module__}.{value.__qualname__}"
+    text = repr(value)
+    return None if " at 0x" in text else text
+
+
 def _leaf_key(leaf) -> tuple | None:
     """(shape, dtype, weak type) of a concrete leaf on at most one device; None otherwise."""
     if isinstance(leaf, jax.core.Tracer):
@@ -189,13 +203,14 @@ def persistent_jit(
         dynamic = {k: v for k, v in bound.arguments.items() if k not in statics}
         leaves, treedef = jax.tree.flatten(dynamic)
         shapes = [_leaf_key(leaf) for leaf in leaves]
-        if any(s is None for s in shapes):
+        static_key = sorted((k, _static_repr(v)) for k, v in static.items())
+        if any(s is None for s in shapes) or any(r is None for _, r in static_key):
             return jitted(*args, **kwargs)
         key = hashlib.sha256(
             repr(
                 (
                     name,
-                    sorted((k, repr(v)) for k, v in static.items()),
+                    static_key,
                     str(treedef),
                     [_type_name(t) for t in _node_types(treedef)],
                     shapes,

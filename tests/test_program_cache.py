@@ -169,3 +169,22 @@ def test_without_flatbuffers_it_is_the_plain_jit(tmp_path, monkeypatch):
     with jax.enable_x64(True), compilation_cache(folder=tmp_path):
         _program(pair, scaled, 2)
     assert _files(tmp_path) == [] and _program_cache._LOADED == {}
+
+
+def _square(x):
+    return x * x
+
+
+@persistent_jit(static_argnames="fn")
+def _apply(fn, x):
+    TRACES.append(fn.__name__)
+    return fn(x) + 1.0
+
+
+def test_static_functions_by_name_and_unnamed_ones_not_kept(tmp_path):
+    x = jnp.arange(3.0)
+    with compilation_cache(folder=tmp_path):
+        np.testing.assert_array_equal(_apply(_square, x), [1.0, 2.0, 5.0])
+        assert len(_files(tmp_path)) == 1  # keyed by the function's module and name
+        np.testing.assert_array_equal(_apply(lambda v: 2.0 * v, x), [1.0, 3.0, 5.0])
+    assert len(_files(tmp_path)) == 1  # a lambda has no name to key it by: plain jit
