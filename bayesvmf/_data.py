@@ -403,6 +403,8 @@ def to_device(
             None,
             kernel,
         )
+    if isinstance(X, np.ndarray):
+        X = X.astype(jnp.dtype(dtype), copy=False)  # cast on the host: no program for it
     X = jnp.asarray(X, dtype=dtype)
     # X.T of a JAX array is already a new, row-major array: the copy itself
     return DenseData(X, X.T if transposed else None)

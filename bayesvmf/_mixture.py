@@ -35,7 +35,6 @@ References
 
 from __future__ import annotations
 
-import functools
 import numbers
 import warnings
 from typing import Any
@@ -55,6 +54,7 @@ from bayesvmf._data import (
     to_device,
     without_transpose,
 )
+from bayesvmf._program_cache import persistent_jit
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
 
 __all__ = [
@@ -316,12 +316,13 @@ def warn_degenerate(statuses: np.ndarray, what: str, stacklevel: int = 3) -> Non
 # --------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, compiler_options=JIT_OPTIONS)
-def _weighted_log_prob(data, log_weights, mu, kappa):
+@persistent_jit(compiler_options=JIT_OPTIONS)
+def _weighted_log_prob(data, weights, mu, kappa):
     """Return log alpha_k + log f_k(x_i) (eq. (8) of [1]_); d is static (data shape)."""
     count_trace("weighted_log_prob")
     log_c = log_normalizer(data.shape[1], kappa)
-    return log_likelihood_matrix(data, mu, kappa, log_c) + log_weights
+    # the log inside the program: outside it, it would be a program of its own
+    return log_likelihood_matrix(data, mu, kappa, log_c) + jnp.log(weights)
 
 
 def _pad_rows(Xc, rows: int):
@@ -474,10 +475,12 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
     def _estimate_weighted_log_prob(self, data) -> jax.Array:
         """Return log alpha_k + log f_k(x_i) of shape (n_samples, n_components)."""
         with jax.enable_x64(True):
-            mu = jnp.asarray(self.mean_directions_, jnp.float64)
-            kappa = jnp.asarray(self.concentrations_, jnp.float64)
-            log_w = jnp.log(jnp.asarray(self.weights_, jnp.float64))
-            return _weighted_log_prob(data, log_w, mu, kappa)
+            return _weighted_log_prob(
+                data,
+                np.asarray(self.weights_, np.float64),
+                np.asarray(self.mean_directions_, np.float64),
+                np.asarray(self.concentrations_, np.float64),
+            )
 
     def _device_data(self, X):
         self._check_is_fitted()

@@ -48,6 +48,7 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp, xlogy
 
 from bayesvmf import _data, _mixture, _parallel, special
+from bayesvmf._program_cache import persistent_jit
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian._kappa import KappaMoments, Priors
@@ -287,8 +288,7 @@ def _iteration(s: VIState, data, cfg, empirical_bayes):
     return post, stats, priors, bound, accept
 
 
-@functools.partial(
-    jax.jit,
+@persistent_jit(
     static_argnames=("scheme", "num_samples", "num_warmup", "num_steps", "shared_kappa"),
     compiler_options=_mixture.JIT_OPTIONS,
 )
@@ -499,9 +499,7 @@ def _svi_step_body(args, data, *, cfg):
     return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept, effective
 
 
-@functools.partial(
-    jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
-)
+@persistent_jit(static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS)
 def _init_labels(keys, data, n_components: int, init: str, kmeans_iter=None, sample=None):
     """Crisp labels of every restart: closest initial direction by cosine.
 
@@ -517,9 +515,7 @@ def _init_labels(keys, data, n_components: int, init: str, kmeans_iter=None, sam
     return jax.vmap(one)(keys)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS
-)
+@persistent_jit(static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS)
 def _seed_statistics(keys, data, n_components: int, init: str, kmeans_iter=None, sample=None):
     """(r_k, N_k) of every restart's crisp assignment to its seeds, shapes (B, K, d), (B, K).
 
@@ -541,16 +537,14 @@ def _seed_statistics(keys, data, n_components: int, init: str, kmeans_iter=None,
     return _parallel.map_blocks(body, (keys, kmeans_iter), data)
 
 
-@functools.partial(jax.jit, static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)
+@persistent_jit(static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)
 def _label_statistics(labels, data, n_components: int):
     """(r_k, N_k) of one crisp labelling (n,) of plain data."""
     _mixture.count_trace("bayesian.label_statistics")
     return _mixture.resultants(data, jax.nn.one_hot(labels, n_components, dtype=jnp.float64))
 
 
-@functools.partial(
-    jax.jit, static_argnames=("scheme", "shared_kappa"), compiler_options=_mixture.JIT_OPTIONS
-)
+@persistent_jit(static_argnames=("scheme", "shared_kappa"), compiler_options=_mixture.JIT_OPTIONS)
 def _init_state(resultant, resp_sum, keys, priors: Priors, scheme: str, shared_kappa=False):
     """VIState of every restart from the statistics of its crisp assignment, (B, K, d), (B, K).
 
@@ -603,7 +597,7 @@ def _init_state(resultant, resp_sum, keys, priors: Priors, scheme: str, shared_k
     return jax.vmap(one)(resultant, resp_sum, keys, priors)
 
 
-@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+@persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
 def _weighted_log_resp(data, rho, psi, gamma, mean_kappa, mean_log_c):
     _mixture.count_trace("bayesian.log_resp")
     return _log_resp_rows((rho, psi, gamma, mean_kappa, mean_log_c), data)
@@ -617,7 +611,7 @@ def _log_resp_rows(params, data):
     return _log_resp_unnormalised(data, Posterior(rho, psi, gamma, kappa), a_gamma)
 
 
-@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+@persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
 def _log_predictive(data, rho, psi, gamma, kappa_draws, log_draw_weights):
     """Log posterior predictive per row (:meth:`BayesianVMFMixture.score_samples`)."""
     _mixture.count_trace("bayesian.log_predictive")

@@ -23,6 +23,7 @@ import numpy as np
 
 from bayesvmf import _data, _mixture, _parallel, _seeding
 from bayesvmf._mixture import Status
+from bayesvmf._program_cache import persistent_jit
 
 #: Cap and tolerance of the mu/kappa fixed point inside one M-step (Algorithm 2, inner loop).
 FIXED_POINT_MAX_ITER = 100
@@ -201,9 +202,7 @@ def m_step(resultant, resp_sum, kappa, beta, kappa_max, *, shared_kappa: bool):
     )
 
 
-@functools.partial(
-    jax.jit, static_argnames=("shared_kappa",), compiler_options=_mixture.JIT_OPTIONS
-)
+@persistent_jit(static_argnames=("shared_kappa",), compiler_options=_mixture.JIT_OPTIONS)
 def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, shared_kappa: bool):
     """One EM iteration of every run of a batch (Algorithm 2 of [1]_), one jitted program.
 
@@ -303,10 +302,8 @@ def _em_step_body(args, data, *, shared_kappa: bool):
     return new_state, jnp.any(active)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("n_components", "init", "refined"),
-    compiler_options=_mixture.JIT_OPTIONS,
+@persistent_jit(
+    static_argnames=("n_components", "init", "refined"), compiler_options=_mixture.JIT_OPTIONS
 )
 def _seed_batch(keys, data, n_components, init, hard_iter, refined, sample=None):
     """Seeds of every restart (:data:`bayesvmf._seeding.INIT_METHODS`), shape (B, K, d).
@@ -330,7 +327,7 @@ def _seed_batch(keys, data, n_components, init, hard_iter, refined, sample=None)
     return _parallel.map_blocks(batch, (keys, hard_iter), data)
 
 
-@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+@persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
 def _refine_batch(mu, data, hard_iter):
     """Hard passes, then split-and-merge moves, of every restart's directions (B, K, d)."""
     _mixture.count_trace("sparse.refine")
@@ -343,11 +340,7 @@ def _refine_batch(mu, data, hard_iter):
     return _parallel.map_blocks(batch, (mu, hard_iter), data)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("shared_kappa", "refined"),
-    compiler_options=_mixture.JIT_OPTIONS,
-)
+@persistent_jit(static_argnames=("shared_kappa", "refined"), compiler_options=_mixture.JIT_OPTIONS)
 def _init_batch(mu, data, kappa_max, shared_kappa, refined):
     """Crisp statistics and parameters of every restart (Algorithm 4 of [1]_)."""
     _mixture.count_trace("sparse.init")
@@ -408,8 +401,8 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     return fresh_state(log_weights, mu, kappa, status)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("n_components", "shared_kappa"), compiler_options=_mixture.JIT_OPTIONS
+@persistent_jit(
+    static_argnames=("n_components", "shared_kappa"), compiler_options=_mixture.JIT_OPTIONS
 )
 def _init_from_labels(data, labels, kappa_max, n_components, shared_kappa):
     """Parameters of the crisp partition ``labels``: the M-step of eqs. (20), (21), (23)."""
@@ -481,16 +474,18 @@ def fresh_state(log_weights, mu, kappa, status=None) -> EMState:
     log_weights = jnp.asarray(log_weights, jnp.float64)
     mu = jnp.asarray(mu, jnp.float64)
     batch = log_weights.shape[0]
+    # the constant fields as host arrays: built by JAX outside a program, each would be a
+    # program of its own, compiled (or read from the cache) in every new process
     return EMState(
         log_weights=log_weights,
         mu=mu,
         kappa=jnp.asarray(kappa, jnp.float64),
-        resultant=jnp.zeros_like(mu),
-        bound=jnp.full(batch, -jnp.inf, jnp.float64),
-        log_likelihood=jnp.full(batch, -jnp.inf, jnp.float64),
-        n_iter=jnp.zeros(batch, jnp.int64),
-        converged=jnp.zeros(batch, bool),
-        status=(jnp.zeros(batch, jnp.int64) if status is None else jnp.asarray(status, jnp.int64)),
+        resultant=np.zeros(mu.shape, np.float64),
+        bound=np.full(batch, -np.inf),
+        log_likelihood=np.full(batch, -np.inf),
+        n_iter=np.zeros(batch, np.int64),
+        converged=np.zeros(batch, bool),
+        status=(np.zeros(batch, np.int64) if status is None else jnp.asarray(status, jnp.int64)),
     )
 
 
