@@ -24,6 +24,10 @@ and why the block does what it does:
   callbacks cannot be serialised), whatever the settings.
 * There is no size bound (JAX's eviction needs the ``filelock`` package); delete the folder
   to reclaim its space.
+* Compiled programs are not traces: a new process still traces each program before it finds
+  its compilation here. The fit programs made with
+  :func:`bayesvmf._program_cache.persistent_jit` keep their traces in the same folder
+  (``programs/``), read back inside this block (:func:`program_folder`).
 
 The cache changes nothing when
 
