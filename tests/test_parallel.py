@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 from conftest import shared_data_or_skip
 
-from bayesvmf import _data, _mixture, _parallel, _seeding
+from bayesvmf import _blocks, _data, _mixture, _parallel, _seeding
 from bayesvmf.data import check_directional
 from bayesvmf.models import SparseVMFMixture
 
@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
     import json, sys
     import jax, numpy as np, scipy.sparse as sp
     jax.config.update("jax_enable_x64", True)
-    from bayesvmf import _data, _mixture, _parallel, _seeding
+    from bayesvmf import _blocks, _data, _mixture, _parallel, _seeding
     from bayesvmf.data import check_directional
     from bayesvmf.models import SparseVMFMixture
 
@@ -89,20 +89,20 @@ SCRIPT = textwrap.dedent(
         return (_parallel.e_statistics(data, log_w, mu, kappa, log_c),
                 _parallel.crisp_statistics(data, mu), seeds)
 
-    run = jax.jit(lambda args, data: _parallel.map_blocks(pieces, args, data))
+    run = jax.jit(lambda args, data: data.map(pieces, args))
     with jax.enable_x64(True):
         args = (mu, kappa, np.asarray(_mixture.log_normalizer(d, kappa)), log_w)
         layouts = (("dense", X, "auto"), ("scipy", Xs, "scipy"), ("segment_sum", Xs, "segment_sum"))
         for name, data, kernel in layouts if section == "pieces" else ():
             results = [run(args, _data.to_device(data, kernel=kernel)),
-                       run(args, _parallel.row_blocks(data, devices=devices))]
+                       run(args, _blocks.device_data(data, devices=devices))]
             one, two = ([np.asarray(a).tolist() for a in jax.tree.leaves(r)] for r in results)
             out[name] = {"one": one, "two": two}
         mu_big = mu[:, :6] / np.linalg.norm(mu[:, :6], axis=1, keepdims=True)
         big_args = (mu_big, kappa, np.asarray(_mixture.log_normalizer(6, kappa)), log_w)
         if section == "pieces":
             results = [run(big_args, _data.to_device(X_big)),
-                       run(big_args, _parallel.row_blocks(X_big, devices=devices))]
+                       run(big_args, _blocks.device_data(X_big, devices=devices))]
             one, two = ([np.asarray(a).tolist() for a in jax.tree.leaves(r)] for r in results)
             out["dense-subsampled"] = {"one": one, "two": two}
 
@@ -365,7 +365,7 @@ def test_padding_rows_and_entries_change_nothing(rng, kernel):
     kappa, log_w = np.array([2.0, 5.0, 9.0]), np.log([0.2, 0.3, 0.5])
     with jax.enable_x64(True):
         log_c = np.asarray(_mixture.log_normalizer(7, kappa))
-        blocks = _parallel.row_blocks(X, kernel=kernel, bucket=True)
+        blocks = _blocks.device_data(X, kernel=kernel, bucket=True)
         plain_dense = _data.to_device(X.toarray())
     assert blocks.block_rows == 16  # rows padded
     # the scipy kernel keeps the block on the host and needs no padded entries
@@ -381,7 +381,7 @@ def test_padding_rows_and_entries_change_nothing(rng, kernel):
 
 def test_bucket_sizes():
     sizes = np.arange(1, 5000)
-    buckets = np.array([_parallel.bucket_size(s) for s in sizes])
+    buckets = np.array([_blocks.bucket_size(s) for s in sizes])
     assert (buckets >= sizes).all() and (np.diff(buckets) >= 0).all()
     assert (buckets[sizes > 8] / sizes[sizes > 8]).max() <= 1.42
     assert len(np.unique(buckets)) <= 2 * np.log2(5000 / 8) + 2
@@ -391,12 +391,12 @@ def test_sharded_sparse_data_refuses_the_scipy_kernel():
     X = check_directional(sp.csr_matrix(np.eye(4)))
     with jax.enable_x64(True):
         with pytest.raises(ValueError, match="kernel='scipy' cannot shard data over devices"):
-            _parallel.row_blocks(X, devices=jax.devices()[:1], kernel="scipy")
+            _blocks.device_data(X, devices=jax.devices()[:1], kernel="scipy")
         with pytest.raises(ValueError, match="kernel must be one of"):
-            _parallel.row_blocks(X, devices=jax.devices()[:1], kernel="scipyy")
+            _blocks.device_data(X, devices=jax.devices()[:1], kernel="scipyy")
         # the sharded default is segment_sum on every backend; one block keeps the CPU kernel
-        sharded = _parallel.row_blocks(X, devices=jax.devices()[:1])
-        single = _parallel.row_blocks(X, kernel="scipy")
+        sharded = _blocks.device_data(X, devices=jax.devices()[:1])
+        single = _blocks.device_data(X, kernel="scipy", bucket=True)
     assert sharded.data.kernel == "segment_sum" and sharded.mesh is not None
     assert single.data.kernel == "scipy" and single.mesh is None
     np.testing.assert_array_equal(X.toarray(), np.eye(4))  # the caller's matrix untouched
@@ -404,14 +404,14 @@ def test_sharded_sparse_data_refuses_the_scipy_kernel():
 
 def test_devices_argument_errors():
     with pytest.raises(ValueError, match="devices=5: asked for 5 devices, but JAX sees 1"):
-        _parallel.resolve_devices(5)
+        _blocks.resolve_devices(5)
     with pytest.raises(TypeError, match="devices must hold jax devices; got 'cpu'"):
-        _parallel.resolve_devices(["cpu"])
+        _blocks.resolve_devices(["cpu"])
     with pytest.raises(ValueError, match="devices holds a device twice"):
-        _parallel.resolve_devices(jax.devices() * 2)
+        _blocks.resolve_devices(jax.devices() * 2)
     with pytest.raises(ValueError, match="devices is an empty list"):
-        _parallel.resolve_devices([])
-    assert _parallel.resolve_devices(1) == jax.devices()[:1]
+        _blocks.resolve_devices([])
+    assert _blocks.resolve_devices(1) == jax.devices()[:1]
     with pytest.raises(
         ValueError,
         match=r"The 'devices' parameter of SparseVMFMixture must be None, an int in the range "

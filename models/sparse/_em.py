@@ -224,7 +224,7 @@ def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, share
     ----------
     state : EMState
         Batch of B runs.
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
         Row blocks on a mesh of devices run the data pass on every device's rows and add
         the statistics over devices (``psum``); the M-step runs replicated.
     beta, kappa_max, tol, rtol : float64 scalars
@@ -240,10 +240,9 @@ def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, share
     _mixture.count_trace("sparse.em_step")
     # sharded data (RowBlocks on a mesh): the body runs on every device's block of rows,
     # the E-step statistics are summed over devices (psum), the M-step runs replicated
-    return _parallel.map_blocks(
+    return data.map(
         functools.partial(_em_step_body, shared_kappa=shared_kappa),
         (state, beta, kappa_max, tol, rtol, max_iter),
-        data,
     )
 
 
@@ -327,7 +326,7 @@ def _seed_batch(keys, data, n_components, init, hard_iter, refined, sample=None)
 
         return jax.vmap(one)(keys)
 
-    return _parallel.map_blocks(batch, (keys, hard_iter), data)
+    return data.map(batch, (keys, hard_iter))
 
 
 @functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
@@ -340,7 +339,7 @@ def _refine_batch(mu, data, hard_iter):
 
         return jax.vmap(lambda mu: _parallel.refine(data, mu, hard_iter))(mu)
 
-    return _parallel.map_blocks(batch, (mu, hard_iter), data)
+    return data.map(batch, (mu, hard_iter))
 
 
 @functools.partial(
@@ -367,7 +366,7 @@ def _init_batch(mu, data, kappa_max, shared_kappa, refined):
         return jax.vmap(one)(mu)
 
     # sharded data: crisp statistics from every device's rows (see em_step)
-    return _parallel.map_blocks(batch, (mu, kappa_max), data)
+    return data.map(batch, (mu, kappa_max))
 
 
 def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa_max, hard_iter=0):
@@ -577,7 +576,7 @@ def run_em(
 
 def _pass_work(data, n_components: int) -> int:
     """Multiply-adds of one run's data pass: the two products, 2 K (nnz or n d)."""
-    inner = data.data if isinstance(data, _parallel.RowBlocks) else data
+    inner = data.block
     if isinstance(inner, _data.SparseData):
         entries = inner.nnz
     else:
