@@ -67,7 +67,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from sklearn.utils import _param_validation as pv
 
-from bayesvmf import _data, _mixture
+from bayesvmf import _data
+from bayesvmf._compile_cache import JIT_OPTIONS, count_trace
 from bayesvmf._data import DenseData, SparseData
 
 __all__ = [
@@ -273,12 +274,10 @@ class RowBlocks:
         return np.asarray(values)[: self.n_samples]
 
 
-@functools.partial(jax.jit, static_argnames="fn", compiler_options=_mixture.JIT_OPTIONS)
+@functools.partial(jax.jit, static_argnames="fn", compiler_options=JIT_OPTIONS)
 def _map_rows(fn, replicated, data):
-    """Return ``fn(replicated, block)`` of every block (or of plain data): ``map_rows``."""
-    _mixture.count_trace("parallel.map_rows")
-    if not isinstance(data, RowBlocks):
-        return fn(replicated, data)
+    """Return ``fn(replicated, block)`` of every block (:meth:`RowBlocks.map_rows`)."""
+    count_trace("parallel.map_rows")
     if data.mesh is None:
         return fn(replicated, data.data)
     return jax.shard_map(

@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from bayesvmf import _host_kernel
+from bayesvmf._compile_cache import JIT_OPTIONS, count_trace
 
 __all__ = [
     "DenseData",
@@ -110,10 +111,8 @@ class _PlainData:
 
     def map_rows(self, fn, replicated) -> np.ndarray:
         """Return ``fn(replicated, self)`` (one entry per row), compiled, as a host array."""
-        from bayesvmf import _blocks  # the program of every data object; imports this module
-
         with jax.enable_x64(True):
-            return self.host_rows(_blocks._map_rows(fn, replicated, self))
+            return self.host_rows(_map_rows(fn, replicated, self))
 
     def row_array(self, values) -> jax.Array:
         """Return per-row host ``values`` as a device array (the rows' layout: plain)."""
@@ -126,6 +125,13 @@ class _PlainData:
     def without_transpose(self):
         """Return the data as prediction builds them (:meth:`DenseData.without_transpose`)."""
         return self
+
+
+@functools.partial(jax.jit, static_argnames="fn", compiler_options=JIT_OPTIONS)
+def _map_rows(fn, replicated, data):
+    """Return ``fn(replicated, data)``: the program of :meth:`_PlainData.map_rows`."""
+    count_trace("data.map_rows")
+    return fn(replicated, data)
 
 
 @jax.tree_util.register_pytree_node_class

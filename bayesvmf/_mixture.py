@@ -47,8 +47,9 @@ import scipy.sparse as sp
 from sklearn.base import ClusterMixin, DensityMixin
 from sklearn.utils import _param_validation as pv
 
-from bayesvmf import special
+from bayesvmf import _blocks, special
 from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, check_count, make_key
+from bayesvmf._compile_cache import JIT_OPTIONS, TRACE_COUNTS, count_trace
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
 
 __all__ = [
@@ -67,27 +68,15 @@ __all__ = [
     "Status",
     "describe_status",
     "BaseVMFMixture",
+    # re-exported from bayesvmf._compile_cache (every model compiles with them)
+    "JIT_OPTIONS",
+    "TRACE_COUNTS",
+    "count_trace",
 ]
 
 #: A component whose total responsibility N_k falls below this value is reported as empty
 #: ("vanishing", appendix B of [1]_): it holds less than a millionth of one observation.
 EMPTY_RESP_SUM = 1e-6
-
-#: Trace counters: each jitted step increments its entry when (and only when) it is traced,
-#: so tests can assert that nothing recompiles across iterations, restarts or path steps.
-TRACE_COUNTS: dict[str, int] = {}
-
-
-#: XLA options of the jitted EM programs. The special functions inline a few hundred lines of
-#: HLO each; skipping LLVM's expensive passes halves the compile time of an EM step (measured:
-#: about 8 s -> 4 s on CPU for d = 100, K = 3, 4 restarts) at an unchanged run time (1.05 vs
-#: 0.94 ms per step): these programs are memory bound, not limited by vectorised arithmetic.
-JIT_OPTIONS: dict[str, Any] = {"xla_llvm_disable_expensive_passes": True}
-
-
-def count_trace(name: str) -> None:
-    """Increment the trace counter ``name`` (call it inside a function that gets jitted)."""
-    TRACE_COUNTS[name] = TRACE_COUNTS.get(name, 0) + 1
 
 
 class Status:
@@ -295,13 +284,6 @@ def _weighted_log_prob(data, log_weights, mu, kappa):
     return log_likelihood_matrix(data, mu, kappa, log_c) + log_weights
 
 
-def _layer_data(Xc, dtype, **options):
-    """:func:`bayesvmf._blocks.device_data` (imported here: ``_blocks`` imports this module)."""
-    from bayesvmf import _blocks
-
-    return _blocks.device_data(Xc, dtype, **options)
-
-
 def _pad_rows(Xc, rows: int):
     """Return checked data with zero rows appended up to ``rows`` (Xc itself when it has them).
 
@@ -440,7 +422,7 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
 
     def _training_data(self, Xc):
         """Return the checked training data on the device (subclasses shard it)."""
-        return _layer_data(Xc, self._product_dtype(), transposed=True)
+        return _blocks.device_data(Xc, self._product_dtype(), transposed=True)
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the component of each training row at the fitted parameters."""
@@ -460,7 +442,7 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
     def _device_data(self, X):
         self._check_is_fitted()
         Xc = self._check_input(X, reset=False)
-        return _layer_data(Xc, self._product_dtype())
+        return _blocks.device_data(Xc, self._product_dtype())
 
     def _prediction_log_prob(self, X) -> tuple[jax.Array, int]:
         """Return log alpha_k + log f_k(x_i) of X's rows, maybe padded, and the row count n.
@@ -478,10 +460,8 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         Xc = self._check_input(X, reset=False)
         n = Xc.shape[0]
         if type(self)._estimate_weighted_log_prob is BaseVMFMixture._estimate_weighted_log_prob:
-            from bayesvmf._blocks import bucket_size  # _blocks imports this module
-
-            Xc = _pad_rows(Xc, bucket_size(n))
-        return self._estimate_weighted_log_prob(_layer_data(Xc, self._product_dtype())), n
+            Xc = _pad_rows(Xc, _blocks.bucket_size(n))
+        return self._estimate_weighted_log_prob(_blocks.device_data(Xc, self._product_dtype())), n
 
     def predict(self, X) -> np.ndarray:
         """Return the most probable component of each row (eq. (35) of [1]_).
