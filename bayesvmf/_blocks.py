@@ -200,8 +200,7 @@ class RowBlocks:
             return rows
         # one-hot columns of the rows this block holds (all-zero for the others): X_b.T @ onehot
         onehot = jax.nn.one_hot(local, self.block_rows, dtype=jnp.float64).T
-        (rows,) = self.sum_over_blocks(self.data.tdot(onehot).T)
-        return rows
+        return self.tdot(onehot).T
 
     def counted_by_weight(self) -> RowBlocks:
         """Return a view whose static ``n_samples`` is the padded row count.

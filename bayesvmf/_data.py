@@ -72,28 +72,16 @@ class _PlainData:
         return self
 
     def dot(self, M: jax.Array) -> jax.Array:
-        """Compute ``X @ M`` (the first data product of an iteration).
+        """Return ``X @ M`` for ``M`` of shape (n_features, m): the first data product.
 
-        Parameters
-        ----------
-        M : jax.Array of shape (n_features, m)
-
-        Returns
-        -------
-        jax.Array of shape (n_samples, m), in the dtype of ``M``.
+        The result, of shape (n_samples, m), is in the dtype of ``M`` (:func:`_product`).
         """
         return _product(self, M, transpose=False)
 
     def tdot(self, R: jax.Array) -> jax.Array:
-        """Compute ``X.T @ R`` (the second data product of an iteration).
+        """Return ``X.T @ R`` (n_features, m) for ``R`` of shape (n_samples, m), in its dtype.
 
-        Parameters
-        ----------
-        R : jax.Array of shape (n_samples, m)
-
-        Returns
-        -------
-        jax.Array of shape (n_features, m), in the dtype of ``R``.
+        The second data product of an iteration (the resultants ``resp.T @ X``).
         """
         return _product(self, R, transpose=True)
 

@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -377,6 +378,39 @@ def test_padding_rows_and_entries_change_nothing(rng, kernel):
     np.testing.assert_allclose(want[2], np.logaddexp.reduce(wlp, axis=1).sum(), rtol=1e-13)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-15)
+
+
+def _row_norms(_, block):
+    # a row-wise computation for map_rows: one entry per row of the block it sees
+    return jnp.linalg.norm(block.dot(jnp.eye(block.shape[1])), axis=1)
+
+
+@pytest.mark.parametrize("kind", ["dense", "scipy", "segment_sum"])
+def test_plain_data_and_row_blocks_answer_one_interface(rng, kind):
+    dense = rng.random((13, 7)) * (rng.random((13, 7)) < 0.5)
+    dense[:, 0] += 0.1  # no all-zero row
+    X = check_directional(dense if kind == "dense" else sp.csr_matrix(dense))
+    Xd = X.toarray() if sp.issparse(X) else X
+    kernel = "auto" if kind == "dense" else kind
+    M, idx = rng.normal(size=(7, 3)), np.array([12, 0, 5])
+    with jax.enable_x64(True):
+        plain = _blocks.device_data(X, kernel=kernel)
+        blocks = _blocks.device_data(X, kernel=kernel, bucket=True)
+        assert not isinstance(plain, _blocks.RowBlocks) and plain.block is plain
+        assert isinstance(blocks, _blocks.RowBlocks) and blocks.block.shape == (16, 7)
+        for data in (plain, blocks):
+            assert data.n_samples == 13 and not data.is_sharded
+            np.testing.assert_allclose(np.asarray(data.dot(jnp.asarray(M))), Xd @ M, rtol=1e-13)
+            np.testing.assert_array_equal(np.asarray(data.take_rows(jnp.asarray(idx))), Xd[idx])
+            norms = data.map_rows(_row_norms, None)
+            np.testing.assert_allclose(norms, np.ones(13), rtol=1e-13)
+            back = data.host_rows(data.row_array(np.arange(13.0)))
+            np.testing.assert_array_equal(back, np.arange(13.0))
+            # padding rows weigh 0: the column sums of the real rows only
+            ones = data.weigh_rows(jnp.full((data.block.shape[0], 1), 2.0))
+            total = data.map(lambda _, d, w: d.tdot(w), None, ones)
+            np.testing.assert_allclose(np.asarray(total)[:, 0], 2 * Xd.sum(axis=0), rtol=1e-13)
+            assert data.sum_over_blocks(1.0, 2.0) == (1.0, 2.0)  # one block: nothing to add
 
 
 def test_bucket_sizes():

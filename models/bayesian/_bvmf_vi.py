@@ -344,7 +344,7 @@ def vi_step(
 
 
 def _vi_step_body(args, data, *, cfg):
-    """Body of :func:`vi_step` on plain data or on one block of rows (see map_blocks)."""
+    """Body of :func:`vi_step` on plain data or on one block of rows (see ``data.map``)."""
     state, tol, max_iter, empirical_bayes = args
 
     def one(s: VIState):
@@ -455,7 +455,7 @@ def svi_step(
 
 
 def _svi_step_body(args, data, *, cfg):
-    """Body of :func:`svi_step` on one block of rows (see map_blocks)."""
+    """Body of :func:`svi_step` on one block of rows (see ``data.map``)."""
     state, step_size, scale, empirical_bayes = args
     d = data.shape[1]
     post, priors = state.post, state.priors
@@ -605,7 +605,7 @@ def _weighted_log_resp(data, rho, psi, gamma, mean_kappa, mean_log_c):
 
 
 def _log_resp_rows(params, data):
-    """Log lambda_ik + const of the rows of plain data (or of one block, :func:`map_rows`)."""
+    """Log lambda_ik + const of the rows of plain data (or of one block, ``data.map_rows``)."""
     rho, psi, gamma, mean_kappa, mean_log_c = params
     kappa = KappaMoments(mean_kappa, mean_log_c, mean_log_c, mean_log_c, mean_log_c)
     a_gamma = special.mean_resultant_length(data.shape[1], gamma)

@@ -126,8 +126,7 @@ def _row_sum_blocks(data):
     count_trace("hierarchical.row_sum")
 
     def body(_, data):
-        total = data.block.tdot(data.row_weight[:, None])[:, 0]
-        return data.sum_over_blocks(total)[0]
+        return data.tdot(data.row_weight[:, None])[:, 0]
 
     return data.map(body, jnp.zeros(()))
 

@@ -556,6 +556,6 @@ def _log_predictive_blocks(data, times, params):
     """:func:`_log_predictive` of the rows of row blocks, each device its rows (padded)."""
 
     def body(params, data, times):
-        return _log_predictive(data.data, times, *params)
+        return _log_predictive(data.block, times, *params)
 
     return data.map(body, params, times, per_row=True)

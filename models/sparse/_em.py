@@ -263,7 +263,7 @@ def settled(bound, previous, tol, rtol, uniform):
 
 
 def _em_step_body(args, data, *, shared_kappa: bool):
-    """Body of :func:`em_step` on plain data or on one block of rows (see map_blocks)."""
+    """Body of :func:`em_step` on plain data or on one block of rows (see ``data.map``)."""
     state, beta, kappa_max, tol, rtol, max_iter = args
     n_samples, n_features = data.shape
 

@@ -333,8 +333,8 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
 
     def _training_weighted_log_prob(self, data) -> np.ndarray:
         """Return log alpha_k + log f_k(x_i) of the training rows at the kept run."""
-        if not isinstance(data, _blocks.RowBlocks):
-            # plain data: the program prediction compiles, at the fitted attributes
+        if not data.is_sharded:
+            # one device: the program prediction compiles, at the fitted attributes
             return np.asarray(self._estimate_weighted_log_prob(data.without_transpose()))
         run = self._best_state
         return _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
