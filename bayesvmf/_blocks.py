@@ -17,6 +17,7 @@ into :class:`RowBlocks`, and all three answer the same interface:
 ``host_rows(v)``       per-row device values (as ``map`` returns them) as a host array
 ``take_rows(idx)``     the rows ``X[idx]``, dense float64 (the seedings)
 ``is_sharded``         whether the rows lie on a mesh of devices (outside ``shard_map``)
+``without_transpose``  dense plain data without their ``X.T`` copy (prediction's program)
 =====================  ======================================================================
 
 The EM of a vMF mixture touches the data only through its sufficient statistics: the counts

@@ -453,7 +453,7 @@ def to_device(
     """Move checked data (unit rows) to the device once, as plain data.
 
     The plain case of :func:`bayesvmf._blocks.device_data` (no ``devices``, no ``bucket``),
-    and the builder of the seedings' host subsample.
+    which is what the estimators and the seedings call.
 
     Parameters
     ----------

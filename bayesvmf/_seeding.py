@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf._data import DenseData, SparseData, host_csr, to_device
+from bayesvmf._blocks import device_data
+from bayesvmf._data import DenseData, SparseData, host_csr
 
 __all__ = [
     "INIT_METHODS",
@@ -108,7 +109,7 @@ def host_seeding_sample(rng_key, data, n_components: int) -> SparseData | None:
         return None
     seed = np.asarray(jax.random.key_data(rng_key), np.uint32).ravel()
     idx = np.random.default_rng(seed).choice(data.shape[0], size, replace=False)
-    return to_device(host_csr(data)[idx], data.dtype, kernel="scipy")
+    return device_data(host_csr(data)[idx], data.dtype, kernel="scipy")
 
 
 def greedy_trials(n_components: int) -> int:
