@@ -1,8 +1,11 @@
 """The data layer: the one constructor of the estimators' data, and row blocks over devices.
 
-Every model asks its data object, never the devices: :func:`device_data` turns checked rows
-into plain data (:class:`bayesvmf._data.DenseData`, :class:`bayesvmf._data.SparseData`) or
-into :class:`RowBlocks`, and all three answer the same interface:
+Every mixture of rows asks its data object, never the devices: :func:`device_data` turns
+checked rows into plain data (:class:`bayesvmf._data.DenseData`,
+:class:`bayesvmf._data.SparseData`) or into :class:`RowBlocks`, and all three answer the
+same interface (the document corpus of ``DirichletVMFMixture`` keeps a layout of its own,
+``models/dirichlet/_corpus.py``, placed with :func:`make_mesh`, :func:`place` and
+:func:`bucket_size`):
 
 =====================  ======================================================================
 ``dot(M)``             ``X @ M`` of every real row (row blocks: gathered over the devices)
