@@ -1,11 +1,13 @@
-"""The data layer of the vMF mixtures: device data and the two data products.
+"""The data layer of the vMF mixtures: plain device data and the two data products.
 
 Every vMF mixture touches its rows through two products only (docs/design.md section 2):
-``X @ M`` (:func:`data_dot`, the log-likelihood matrix ``X @ mu.T``) and ``X.T @ R``
-(:func:`data_tdot`, the resultants ``resp.T @ X``). This module holds the device data
-(:class:`DenseData`, :class:`SparseData`), :func:`to_device`, the host registry of the
-"scipy" sparse kernel and the two products. The rows split over several devices are
-:class:`bayesvmf._parallel.RowBlocks`.
+``X @ M`` (``data.dot``, the log-likelihood matrix ``X @ mu.T``) and ``X.T @ R``
+(``data.tdot``, the resultants ``resp.T @ X``). This module holds the plain device data of
+one device (:class:`DenseData`, :class:`SparseData`, built by :func:`to_device`), the host
+registry of the "scipy" sparse kernel and the two products. The rows split over several
+devices are :class:`bayesvmf._blocks.RowBlocks`; the estimators get either from the one
+constructor :func:`bayesvmf._blocks.device_data`, and all of them answer the same interface
+(:class:`_PlainData`, the table of :mod:`bayesvmf._blocks`).
 
 Numerics: the two products run in the dtype of the stored data values (float32 with
 ``dtype="mixed"``, float64 with ``dtype="float64"``; docs/design.md section 5) and are cast
@@ -22,7 +24,6 @@ import concurrent.futures
 import functools
 import os
 import weakref
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from bayesvmf import _host_kernel
+from bayesvmf._compile_cache import JIT_OPTIONS, count_trace
 
 __all__ = [
     "DenseData",
@@ -39,8 +41,6 @@ __all__ = [
     "host_csr",
     "host_blocks",
     "with_device_csr",
-    "data_dot",
-    "data_tdot",
 ]
 
 
@@ -49,7 +49,81 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
-class DenseData(NamedTuple):
+class _PlainData:
+    """The interface of the data layer on plain data: one block, on one device.
+
+    :class:`DenseData` and :class:`SparseData` answer what row blocks
+    (:class:`bayesvmf._blocks.RowBlocks`) answer, so that a model asks its data and never
+    checks where the rows live (the table of :mod:`bayesvmf._blocks`). Here every row is
+    real and there is nothing to add over devices.
+    """
+
+    #: plain data are never sharded over devices
+    is_sharded = False
+
+    @property
+    def n_samples(self) -> int:
+        """Number of rows."""
+        return self.shape[0]
+
+    @property
+    def block(self):
+        """The rows a row-wise computation sees: the data themselves."""
+        return self
+
+    def dot(self, M: jax.Array) -> jax.Array:
+        """Return ``X @ M`` for ``M`` of shape (n_features, m): the first data product.
+
+        The result, of shape (n_samples, m), is in the dtype of ``M`` (:func:`_product`).
+        """
+        return _product(self, M, transpose=False)
+
+    def tdot(self, R: jax.Array) -> jax.Array:
+        """Return ``X.T @ R`` (n_features, m) for ``R`` of shape (n_samples, m), in its dtype.
+
+        The second data product of an iteration (the resultants ``resp.T @ X``).
+        """
+        return _product(self, R, transpose=True)
+
+    def weigh_rows(self, values: jax.Array) -> jax.Array:
+        """Per-row values of real rows only: returned as they are."""
+        return values
+
+    def sum_over_blocks(self, *values) -> tuple:
+        """Partial sums of the only block: returned as they are (a tuple)."""
+        return values
+
+    def map(self, fn, replicated, *rows, per_row: bool = False):
+        """Return ``fn(replicated, self, *rows)`` (one device: no ``shard_map``)."""
+        return fn(replicated, self, *rows)
+
+    def map_rows(self, fn, replicated) -> np.ndarray:
+        """Return ``fn(replicated, self)`` (one entry per row), compiled, as a host array."""
+        with jax.enable_x64(True):
+            return self.host_rows(_map_rows(fn, replicated, self))
+
+    def row_array(self, values) -> jax.Array:
+        """Return per-row host ``values`` as a device array (the rows' layout: plain)."""
+        return jnp.asarray(np.asarray(values))
+
+    def host_rows(self, values) -> np.ndarray:
+        """Return per-row device ``values`` as a host (n_samples, ...) array."""
+        return np.asarray(values)[: self.n_samples]
+
+    def without_transpose(self):
+        """Return the data as prediction builds them (:meth:`DenseData.without_transpose`)."""
+        return self
+
+
+@functools.partial(jax.jit, static_argnames="fn", compiler_options=JIT_OPTIONS)
+def _map_rows(fn, replicated, data):
+    """Return ``fn(replicated, data)``: the program of :meth:`_PlainData.map_rows`."""
+    count_trace("data.map_rows")
+    return fn(replicated, data)
+
+
+@jax.tree_util.register_pytree_node_class
+class DenseData(_PlainData):
     """Dense data on the device.
 
     Attributes
@@ -58,19 +132,42 @@ class DenseData(NamedTuple):
         Unit rows, in the dtype of the data products.
     XT : jax.Array of shape (n_features, n_samples) or None
         A row-major copy of ``X.T`` for the second product ``X.T @ R`` (training data,
-        ``to_device(..., transposed=True)``): on CPU, XLA's product with the transposed
+        ``device_data(..., transposed=True)``): on CPU, XLA's product with the transposed
         operand was measured 2-3x slower than the plain product with a transposed copy
         (50,000 x 256 float32, 32 columns: 15-17 ms against 5-7.5 ms); the copy doubles
         the device memory of the data, as the sparse kernel's column-sorted copy does.
     """
 
-    X: jax.Array
-    XT: jax.Array | None = None
+    def __init__(self, X, XT=None):
+        self.X = X
+        self.XT = XT
+
+    def tree_flatten(self):
+        """Flatten into the two arrays (children); no aux data."""
+        return (self.X, self.XT), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        """Rebuild from :meth:`tree_flatten` output."""
+        return cls(*children)
 
     @property
     def shape(self) -> tuple[int, int]:
         """(n_samples, n_features)."""
         return self.X.shape
+
+    def take_rows(self, idx: jax.Array) -> jax.Array:
+        """Return the rows ``X[idx]`` as a dense float64 (len(idx), d) array."""
+        return self.X[idx].astype(jnp.float64)
+
+    def without_transpose(self) -> DenseData:
+        """Return the data as prediction builds them: without their X.T copy.
+
+        The final assignment of a fit needs only ``X @ M``; passing the training data without
+        the copy lets it run the program that prediction compiles for the same shape, instead
+        of a second one for the other pytree.
+        """
+        return DenseData(self.X) if self.XT is not None else self
 
 
 #: Kernels of the two sparse products (see :class:`SparseData`).
@@ -78,7 +175,7 @@ SPARSE_KERNELS = ("auto", "scipy", "segment_sum")
 
 
 @jax.tree_util.register_pytree_node_class
-class SparseData:
+class SparseData(_PlainData):
     """Sparse data for the two products: a host CSR matrix, or sorted COO arrays on the device.
 
     Two kernels compute the products ``X @ M`` and ``X.T @ R`` of an iteration (docs/design.md
@@ -99,7 +196,7 @@ class SparseData:
         the data (:data:`PRODUCT_DENSE_BYTES`). Code that reads rows inside a program
         (collapsed Gibbs) adds device copies of the CSR arrays with :func:`with_device_csr`.
         One device only: data sharded over several devices uses ``"segment_sum"``
-        (:func:`bayesvmf._parallel.row_blocks` says why).
+        (:func:`bayesvmf._blocks.device_data` says why).
     ``"segment_sum"`` (the default on GPU/TPU, where a host callback would copy, and for
     data sharded over devices)
         One sorted ``segment_sum`` per product: ``X @ M`` over the row-sorted COO arrays
@@ -180,6 +277,11 @@ class SparseData:
             return int(self.values.shape[0])
         return sum(block.nnz for block in host_blocks(self))
 
+    def take_rows(self, idx: jax.Array) -> jax.Array:
+        """Return the rows ``X[idx]`` as a dense float64 (len(idx), d) array (``X.T @ onehot``)."""
+        onehot = jax.nn.one_hot(idx, self.shape[0], dtype=jnp.float64).T
+        return self.tdot(onehot).T
+
 
 # --------------------------------------------------------------------------------------------
 # The host registry of the "scipy" kernel
@@ -244,7 +346,7 @@ def _lookup(handle: int) -> sp.csr_matrix:
     except KeyError:
         raise RuntimeError(
             f"the host CSR block {int(handle)} of a sparse product was released before the "
-            "product ran; keep the SparseData returned by to_device/row_blocks alive while "
+            "product ran; keep the SparseData returned by device_data alive while "
             "its programs run"
         ) from None
 
@@ -326,7 +428,7 @@ def scipy_kernel_data(block: sp.csr_matrix, dtype) -> SparseData:
 
     The handle goes to the default device. The "scipy" kernel serves one device only: a
     program over several devices must not call back into Python (see
-    :func:`bayesvmf._parallel.row_blocks`).
+    :func:`bayesvmf._blocks.device_data`).
     """
     handle, anchor = register_host_block(block)
     data = SparseData(
@@ -348,7 +450,10 @@ def scipy_kernel_data(block: sp.csr_matrix, dtype) -> SparseData:
 def to_device(
     X, dtype=jnp.float64, kernel: str = "auto", transposed: bool = False
 ) -> DenseData | SparseData:
-    """Move checked data (unit rows) to the device once.
+    """Move checked data (unit rows) to the device once, as plain data.
+
+    The plain case of :func:`bayesvmf._blocks.device_data` (no ``devices``, no ``bucket``),
+    which is what the estimators and the seedings call.
 
     Parameters
     ----------
@@ -408,18 +513,6 @@ def to_device(
     X = jnp.asarray(X, dtype=dtype)
     # X.T of a JAX array is already a new, row-major array: the copy itself
     return DenseData(X, X.T if transposed else None)
-
-
-def without_transpose(data):
-    """Return ``data`` as prediction builds it: dense data without their X.T copy.
-
-    The final assignment of a fit needs only ``X @ M``; passing the training data without
-    the copy lets it run the program that prediction compiles for the same shape, instead of
-    a second one for the other pytree.
-    """
-    if isinstance(data, DenseData) and data.XT is not None:
-        return DenseData(data.X)
-    return data
 
 
 def _data_dtype(data):
@@ -560,42 +653,6 @@ def _scipy_product(data, B, transpose: bool):
         result = jax.ShapeDtypeStruct(shape, data.dtype)
     out = jax.pure_callback(host, result, data.handle, B, vmap_method="expand_dims")
     return jax.lax.bitcast_convert_type(out, jnp.float64) if bits else out
-
-
-def data_dot(data, M: jax.Array) -> jax.Array:
-    """Compute ``X @ M`` (the first data product of an iteration).
-
-    Parameters
-    ----------
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
-        Data of shape (n_samples, n_features).
-    M : jax.Array of shape (n_features, m)
-
-    Returns
-    -------
-    jax.Array of shape (n_samples, m), in the dtype of ``M``.
-    """
-    if not isinstance(data, DenseData | SparseData):
-        # row blocks (bayesvmf._parallel.RowBlocks, which imports this module): every real
-        # row's product, gathered over the devices (the seedings' use)
-        return data.dot(M)
-    return _product(data, M, transpose=False)
-
-
-def data_tdot(data, R: jax.Array) -> jax.Array:
-    """Compute ``X.T @ R`` (the second data product of an iteration).
-
-    Parameters
-    ----------
-    data : DenseData or SparseData
-        Data of shape (n_samples, n_features).
-    R : jax.Array of shape (n_samples, m)
-
-    Returns
-    -------
-    jax.Array of shape (n_features, m), in the dtype of ``R``.
-    """
-    return _product(data, R, transpose=True)
 
 
 def _product(data, B: jax.Array, transpose: bool) -> jax.Array:

@@ -46,14 +46,9 @@ import scipy.sparse as sp
 from sklearn.base import ClusterMixin, DensityMixin
 from sklearn.utils import _param_validation as pv
 
-from bayesvmf import special
+from bayesvmf import _blocks, special
 from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, check_count, make_key
-from bayesvmf._data import (
-    data_dot,
-    data_tdot,
-    to_device,
-    without_transpose,
-)
+from bayesvmf._compile_cache import JIT_OPTIONS, TRACE_COUNTS, count_trace
 from bayesvmf._program_cache import persistent_jit
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
 
@@ -73,27 +68,15 @@ __all__ = [
     "Status",
     "describe_status",
     "BaseVMFMixture",
+    # re-exported from bayesvmf._compile_cache (every model compiles with them)
+    "JIT_OPTIONS",
+    "TRACE_COUNTS",
+    "count_trace",
 ]
 
 #: A component whose total responsibility N_k falls below this value is reported as empty
 #: ("vanishing", appendix B of [1]_): it holds less than a millionth of one observation.
 EMPTY_RESP_SUM = 1e-6
-
-#: Trace counters: each jitted step increments its entry when (and only when) it is traced,
-#: so tests can assert that nothing recompiles across iterations, restarts or path steps.
-TRACE_COUNTS: dict[str, int] = {}
-
-
-#: XLA options of the jitted EM programs. The special functions inline a few hundred lines of
-#: HLO each; skipping LLVM's expensive passes halves the compile time of an EM step (measured:
-#: about 8 s -> 4 s on CPU for d = 100, K = 3, 4 restarts) at an unchanged run time (1.05 vs
-#: 0.94 ms per step): these programs are memory bound, not limited by vectorised arithmetic.
-JIT_OPTIONS: dict[str, Any] = {"xla_llvm_disable_expensive_passes": True}
-
-
-def count_trace(name: str) -> None:
-    """Increment the trace counter ``name`` (call it inside a function that gets jitted)."""
-    TRACE_COUNTS[name] = TRACE_COUNTS.get(name, 0) + 1
 
 
 class Status:
@@ -145,7 +128,7 @@ def log_likelihood_matrix(data, mu: jax.Array, kappa: jax.Array, log_c: jax.Arra
     -------
     jax.Array of shape (n_samples, n_components)
     """
-    cosines = data_dot(data, mu.T)
+    cosines = data.dot(mu.T)
     return cosines * kappa + log_c
 
 
@@ -183,7 +166,7 @@ def resultants(data, resp: jax.Array) -> tuple[jax.Array, jax.Array]:
     resultant : jax.Array of shape (n_components, n_features)
     resp_sum : jax.Array of shape (n_components,)
     """
-    return data_tdot(data, resp).T, resp.sum(axis=0)
+    return data.tdot(resp).T, resp.sum(axis=0)
 
 
 # The special functions run inside the jitted EM steps of the estimators, with the dimension
@@ -239,29 +222,6 @@ def log_normalizer(n_features: int, kappa) -> jax.Array:
     Pure and traceable; ``n_features`` is a Python int (the branch is chosen at trace time).
     """
     return special.log_vmf_normalizer(int(n_features), jnp.asarray(kappa, jnp.float64))
-
-
-# --------------------------------------------------------------------------------------------
-# Initialisations (the seedings live in bayesvmf._seeding)
-# --------------------------------------------------------------------------------------------
-
-
-def crisp_statistics(data, mu: jax.Array):
-    """Crisp assignment to the closest seed by cosine, and its statistics (Algorithm 4 of [1]_).
-
-    Parameters
-    ----------
-    data : DenseData or SparseData
-    mu : jax.Array of shape (n_components, n_features)
-
-    Returns
-    -------
-    resultant : jax.Array of shape (n_components, n_features)
-    resp_sum : jax.Array of shape (n_components,)
-    """
-    labels = jnp.argmax(data_dot(data, mu.T), axis=1)
-    resp = jax.nn.one_hot(labels, mu.shape[0], dtype=jnp.float64)
-    return resultants(data, resp)
 
 
 # --------------------------------------------------------------------------------------------
@@ -463,11 +423,11 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
 
     def _training_data(self, Xc):
         """Return the checked training data on the device (subclasses shard it)."""
-        return to_device(Xc, self._product_dtype(), transposed=True)
+        return _blocks.device_data(Xc, self._product_dtype(), transposed=True)
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the component of each training row at the fitted parameters."""
-        weighted_log_prob = self._estimate_weighted_log_prob(without_transpose(data))
+        weighted_log_prob = self._estimate_weighted_log_prob(data.without_transpose())
         return np.asarray(jnp.argmax(weighted_log_prob, axis=1))
 
     # ---- prediction -------------------------------------------------------------------------
@@ -485,14 +445,14 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
     def _device_data(self, X):
         self._check_is_fitted()
         Xc = self._check_input(X, reset=False)
-        return to_device(Xc, self._product_dtype())
+        return _blocks.device_data(Xc, self._product_dtype())
 
     def _prediction_log_prob(self, X) -> tuple[jax.Array, int]:
         """Return log alpha_k + log f_k(x_i) of X's rows, maybe padded, and the row count n.
 
         For the base's own density (a model that does not override
         :meth:`_estimate_weighted_log_prob`), the rows are padded with zero rows to
-        :func:`bayesvmf._parallel.bucket_size` (at most 41% more, two sizes per power of
+        :func:`bayesvmf._blocks.bucket_size` (at most 41% more, two sizes per power of
         two): every program of a prediction then sees one of a few shapes, and predicting
         on batches of varying size compiles a few programs instead of some per size (24
         sizes from 100 to 399 rows: 648 compilations before). A zero row adds a finite row
@@ -503,10 +463,8 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         Xc = self._check_input(X, reset=False)
         n = Xc.shape[0]
         if type(self)._estimate_weighted_log_prob is BaseVMFMixture._estimate_weighted_log_prob:
-            from bayesvmf._parallel import bucket_size
-
-            Xc = _pad_rows(Xc, bucket_size(n))
-        return self._estimate_weighted_log_prob(to_device(Xc, self._product_dtype())), n
+            Xc = _pad_rows(Xc, _blocks.bucket_size(n))
+        return self._estimate_weighted_log_prob(_blocks.device_data(Xc, self._product_dtype())), n
 
     def predict(self, X) -> np.ndarray:
         """Return the most probable component of each row (eq. (35) of [1]_).

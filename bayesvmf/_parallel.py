@@ -1,32 +1,14 @@
-"""Row blocks of the data: data-parallel statistics over devices and padded streaming chunks.
+"""Statistics of plain or blocked data, and the initialisations shared by the mixtures.
 
 The EM of a vMF mixture touches the data only through its sufficient statistics: the counts
 N_k = sum_i tau_ik, the resultants r_k = sum_i tau_ik x_i (eq. (23) of [1]_) and the total
-log-likelihood sum_i log p(x_i) (eq. (9)). These are sums over rows, so rows can be split
-into blocks, each block's partial sums computed where the block lives, and the partial sums
-added (docs/design.md section 6). :class:`RowBlocks` holds data split into equal row blocks:
-
-* with a ``jax.sharding.Mesh`` (``devices=`` of the estimators), one block per device: the
-  arrays are sharded along their first axis (``NamedSharding(mesh, P("rows"))``), the data
-  pass runs under ``jax.shard_map`` and the partial statistics are reduced with
-  ``jax.lax.psum``; everything else (the M-step) runs replicated on every device;
-* without a mesh, one padded block (the chunks of ``partial_fit``): chunk sizes are rounded
-  up to a few bucket sizes, so a stream of chunks of varying size and nnz reuses a handful
-  of compiled programs instead of compiling one per chunk.
-
-Blocks have equal shapes. Dense blocks are padded with zero rows. Sparse blocks are padded
-with empty rows. Sharded sparse blocks use the "segment_sum" kernel on every backend (a
-program over several devices must not call back into Python: :func:`row_blocks` says why),
-their nnz padded with explicit zeros (value 0.0, which adds exactly 0.0 to both products);
-the single block without a mesh may stay a host CSR matrix of the CPU ("scipy") kernel
-(:class:`bayesvmf._data.SparseData`). Every padding row has row weight 0, and the
-statistics multiply the responsibilities and the per-row log-densities by the row weights,
-so padding never touches counts, resultants, weights or the likelihood. Padding rows only
-ever sit after the real rows: global row i is row ``i % block_rows`` of block
-``i // block_rows``.
+log-likelihood sum_i log p(x_i) (eq. (9)). The functions here compute them on any data
+object of the data layer (:func:`bayesvmf._blocks.device_data`: plain data or
+:class:`bayesvmf._blocks.RowBlocks`, whose padding rows weigh 0 and whose partial sums are
+added over the devices, docs/design.md section 6).
 
 The initialisations work on plain or blocked data alike: the seeding methods
-(:data:`bayesvmf._seeding.INIT_METHODS`, which take :class:`RowBlocks` too) and the hard
+(:data:`bayesvmf._seeding.INIT_METHODS`, which take row blocks too) and the hard
 spherical k-means passes that refine them (:func:`spherical_kmeans`, Banerjee et al. [2]_),
 shared by the classical and the Bayesian mixtures.
 
@@ -40,45 +22,21 @@ References
 
 from __future__ import annotations
 
-import functools
-import math
-import numbers
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.sparse as sp
-from jax.experimental import multihost_utils
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
-from sklearn.utils import _param_validation as pv
 
-from bayesvmf import _data, _mixture, _seeding
-from bayesvmf._data import DenseData, SparseData
+from bayesvmf import _mixture, _seeding
+from bayesvmf._blocks import RowBlocks
 
 __all__ = [
-    "AXIS",
-    "RowBlocks",
-    "DevicesOption",
-    "resolve_devices",
-    "make_mesh",
-    "place",
-    "bucket_size",
-    "row_blocks",
-    "map_blocks",
-    "map_rows",
-    "block_data",
     "initial_directions",
     "refine",
     "seeds",
     "split_gains",
     "split_merge",
-    "sum_over_blocks",
     "weighted_resultants",
-    "sum_over_axis",
-    "n_rows",
     "e_statistics",
-    "select_rows",
     "crisp_statistics",
     "HARD_RTOL",
     "normalised",
@@ -86,385 +44,9 @@ __all__ = [
     "weighted_log_prob",
 ]
 
-#: Name of the mesh axis the rows are sharded over.
-AXIS = "rows"
-
-
-@jax.tree_util.register_pytree_node_class
-class RowBlocks:
-    """Data split into equal, padded row blocks, with a weight (1 or 0) per row.
-
-    Parameters
-    ----------
-    data : DenseData or SparseData
-        The blocks' arrays concatenated along their first axis (dense rows; the host blocks'
-        handles; COO and column-sorted copies), so that splitting every array
-        into ``n_blocks`` equal parts gives the blocks. ``data.shape`` is the shape of
-        *one* block, ``(block_rows, n_features)``: it is what a device sees.
-    row_weight : jax.Array of shape (n_blocks * block_rows,)
-        1.0 for a real row, 0.0 for a padding row.
-    n_samples : int
-        Number of real rows (static).
-    mesh : jax.sharding.Mesh or None
-        One block per device of the mesh (static); None for a single local block.
-    axis_name : str or None
-        Set (to :data:`AXIS`) on the view of one block inside ``shard_map``: the statistics
-        of that block are then summed over the devices with ``psum``.
-    """
-
-    def __init__(self, data, row_weight, n_samples, mesh=None, axis_name=None):
-        self.data = data
-        self.row_weight = row_weight
-        self.n_samples = int(n_samples)
-        self.mesh = mesh
-        self.axis_name = axis_name
-
-    def tree_flatten(self):
-        """Flatten into the arrays (children) and the static sizes and mesh (aux data)."""
-        return (self.data, self.row_weight), (self.n_samples, self.mesh, self.axis_name)
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        """Rebuild from :meth:`tree_flatten` output."""
-        return cls(*children, *aux)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(n_samples, n_features) of the real data (padding excluded)."""
-        return self.n_samples, self.data.shape[1]
-
-    @property
-    def block_rows(self) -> int:
-        """Rows per block, padding included."""
-        return self.data.shape[0]
-
-    def rows(self, idx: jax.Array) -> jax.Array:
-        """Return the rows ``X[idx]`` (global row numbers), dense float64: :func:`select_rows`.
-
-        With :meth:`dot`, what the seedings of :mod:`bayesvmf._mixture` ask of the data
-        (through ``_seeding._rows`` and :func:`bayesvmf._data.data_dot`), so that one
-        spherical k-means++ serves plain and blocked data with the same keys and draws.
-        """
-        return select_rows(self, idx)
-
-    def dot(self, M: jax.Array) -> jax.Array:
-        """Return ``X @ M`` of every real row, in global row order, of shape (n_samples, m).
-
-        On a device's block the products of all blocks are gathered (O(n) per column of
-        ``M``), so every device sees the same values: for the few columns of a seeding,
-        not for the products of an iteration (those stay per block).
-        """
-        return _gather_rows(self, _data.data_dot(self.data, M))
-
-    def counted_by_weight(self) -> RowBlocks:
-        """Return a view whose static ``n_samples`` is the padded row count.
-
-        For computations that count rows by their weights and never use ``n_samples``
-        (the streaming steps): chunks padded to one bucket size then share one compiled
-        program, whatever their real number of rows.
-        """
-        n_blocks = self.row_weight.shape[0] // self.block_rows
-        return RowBlocks(self.data, self.row_weight, n_blocks * self.block_rows, self.mesh)
-
 
 # --------------------------------------------------------------------------------------------
-# Devices and layout
-# --------------------------------------------------------------------------------------------
-
-
-def resolve_devices(devices, name: str = "devices") -> list | None:
-    """Turn ``devices`` (None, an int n or a list of devices) into a device list or None.
-
-    An int means the first n of ``jax.devices()``.
-
-    Raises
-    ------
-    ValueError
-        If an int is out of range or a list is empty or holds a repeated device.
-    TypeError
-        If ``devices`` is of another type or a list holds something else than devices.
-    """
-    if devices is None:
-        return None
-    available = jax.devices()
-    if isinstance(devices, numbers.Integral) and not isinstance(devices, bool):
-        if not 1 <= int(devices) <= len(available):
-            raise ValueError(
-                f"{name}={devices!r}: asked for {int(devices)} devices, but JAX sees "
-                f"{len(available)} ({jax.default_backend()}); on CPU, set XLA_FLAGS="
-                "--xla_force_host_platform_device_count=N before importing jax."
-            )
-        return available[: int(devices)]
-    if isinstance(devices, list | tuple):
-        bad = [d for d in devices if not isinstance(d, jax.Device)]
-        if bad:
-            raise TypeError(f"{name} must hold jax devices; got {bad[0]!r}.")
-        if not devices:
-            raise ValueError(f"{name} is an empty list.")
-        if len(set(devices)) != len(devices):
-            raise ValueError(f"{name} holds a device twice: {list(devices)!r}.")
-        return list(devices)
-    raise TypeError(f"{name} must be None, an int or a list of jax devices; got {devices!r}.")
-
-
-class DevicesOption(list):
-    """The scikit-learn constraints of ``devices=``: None, an int >= 1, a list or a tuple.
-
-    A list of scikit-learn constraints (``[None, Interval(Integral, 1, None), list, tuple]``)
-    for ``_parameter_constraints``, checked by
-    :meth:`bayesvmf._base.BaseVMFEstimator._validate_params` at ``fit`` (and by
-    scikit-learn's estimator checks). Only the type is checked there;
-    :func:`resolve_devices` checks the items of a list and the count against the devices
-    JAX sees.
-    """
-
-    def __init__(self):
-        super().__init__([None, pv.Interval(numbers.Integral, 1, None, closed="left"), list, tuple])
-
-
-def make_mesh(devices) -> Mesh:
-    """Return a one-axis mesh (axis :data:`AXIS`) over ``devices`` (a list of devices)."""
-    return Mesh(np.asarray(devices, dtype=object), (AXIS,))
-
-
-def bucket_size(size: int, minimum: int = 8) -> int:
-    """Round ``size`` up to the next of minimum * 2^(j/2) (two buckets per power of two).
-
-    At most 41% padding, and a stream whose chunk sizes vary within a factor f compiles at
-    most about 2 log2(f) + 2 programs.
-    """
-    size = max(int(size), 1)
-    if size <= minimum:
-        return minimum
-    j = math.ceil(2 * math.log2(size / minimum) - 1e-9)
-    bucket = int(math.ceil(minimum * 2 ** (j / 2)))
-    return bucket if bucket >= size else int(math.ceil(minimum * 2 ** ((j + 1) / 2)))
-
-
-def _pad(a: np.ndarray, size: int, value) -> np.ndarray:
-    out = np.full((size, *a.shape[1:]), value, dtype=a.dtype)
-    out[: a.shape[0]] = a
-    return out
-
-
-def _sparse_block(block: sp.csr_matrix, rows: int, nnz: int, dtype):
-    """Device arrays of one CSR block for the "segment_sum" kernel (host NumPy), padded.
-
-    ``rows`` rows and ``nnz`` entries; padding entries hold value 0 at (last row, column 0)
-    in row order and (row 0, last column) in column order, so both orders stay sorted and
-    they add exactly 0 to both products.
-    """
-    n, d = block.shape
-    row_ids = np.repeat(np.arange(n, dtype=np.int32), np.diff(block.indptr))
-    csc = block.tocsc()
-    t_cols = np.repeat(np.arange(d, dtype=np.int32), np.diff(csc.indptr))
-    return {
-        "rows": _pad(row_ids, nnz, rows - 1),
-        "cols": _pad(block.indices.astype(np.int32), nnz, 0),
-        "values": _pad(block.data.astype(dtype), nnz, 0),
-        "t_rows": _pad(csc.indices.astype(np.int32), nnz, 0),
-        "t_cols": _pad(t_cols, nnz, d - 1),
-        "t_values": _pad(csc.data.astype(dtype), nnz, 0),
-    }
-
-
-def place(arrays: dict, mesh: Mesh | None) -> dict:
-    """Device arrays: sharded along the first axis over ``mesh``, or plain."""
-    if mesh is None:
-        return {k: jnp.asarray(v) for k, v in arrays.items()}
-    sharding = NamedSharding(mesh, P(AXIS))
-    # make_array_from_callback builds only the shards this process addresses (multi-host)
-    return {
-        k: jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])
-        for k, v in arrays.items()
-    }
-
-
-def row_blocks(
-    X, dtype=jnp.float64, *, devices=None, kernel: str = "auto", bucket: bool = False
-) -> RowBlocks:
-    """Split checked data (unit rows) into equal padded row blocks on the device(s).
-
-    Call it inside ``jax.enable_x64(True)`` for float64 values.
-
-    Parameters
-    ----------
-    X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
-        Validated data (the output of :func:`bayesvmf.data.check_directional`); not modified.
-    dtype : dtype, default float64
-        Dtype of the stored values (of the data products).
-    devices : list of jax devices or None
-        One block per device, sharded over a mesh of them; None: one local block.
-    kernel : {"auto", "scipy", "segment_sum"}
-        Sparse product kernel (:class:`bayesvmf._data.SparseData`). With ``devices``,
-        "auto" is "segment_sum" on every backend and "scipy" is refused (see below).
-    bucket : bool, default False
-        Round the block rows and nnz up to :func:`bucket_size` (streaming chunks), so that
-        chunks of similar size share compiled programs.
-
-    Returns
-    -------
-    RowBlocks
-
-    Raises
-    ------
-    ValueError
-        If ``kernel`` is not one of the names above, or is "scipy" with ``devices``.
-
-    Notes
-    -----
-    Programs over several devices never call back into Python, so sparse row blocks on a
-    mesh use the "segment_sum" kernel, whose products are XLA operations. The "scipy"
-    kernel's ``jax.pure_callback`` deadlocked such programs (issue 19: a Classic3 fit over
-    two forced CPU devices aborted in an all-reduce, or hung). JAX hands a callback its
-    operands as arrays ``device_put`` on the first CPU device, and reading one waits for
-    that copy. XLA's CPU client copies a host buffer of 100 KiB or more asynchronously, as a
-    task on the thread pool that also runs the devices' programs (seen in the threads of a
-    hung fit: two pool threads on a 2-core machine, each running one device's program).
-    When every thread of the pool is held by a device's program, blocked in the callback
-    (waiting for the copy) or in a collective (waiting for a device that is in the
-    callback), the copy never runs. An operand of d x K float64 values (the first product;
-    rows per device x K for the second) reaches 100 KiB at d K >= 12,800 (Classic3:
-    d = 4303, K = 3; the tests' n = 101, d = 30 stays far below), so the hang depended on
-    the data and on the numbers of cores and devices: nothing a fit could check. Without a
-    callback in these programs there is no such wait.
-    """
-    n, d = X.shape
-    n_blocks = 1 if devices is None else len(devices)
-    mesh = None if devices is None else make_mesh(devices)
-    rows = -(-n // n_blocks)
-    if bucket:
-        rows = bucket_size(rows)
-    weight = (np.arange(n_blocks * rows) < n).astype(np.float64)
-    np_dtype = np.dtype(jnp.dtype(dtype).name)
-    if not sp.issparse(X):
-        dense = _pad(np.asarray(X, dtype=np_dtype), n_blocks * rows, 0)
-        placed = place({"X": dense, "w": weight}, mesh)
-        return RowBlocks(DenseData(placed["X"]), placed["w"], n, mesh)
-    resolved = _data._resolve_kernel(kernel)  # checks the name
-    if mesh is not None:
-        if kernel == "scipy":
-            raise ValueError(
-                "kernel='scipy' cannot shard data over devices: its host callback can "
-                "deadlock a program that runs on several devices (see row_blocks' notes); "
-                "use kernel='auto' or 'segment_sum'."
-            )
-        resolved = "segment_sum"
-    csr = sp.csr_matrix(X)
-    if resolved == "scipy":
-        # one block (no mesh), kept on the host: padded with empty rows only, sharing X's
-        # arrays; the device holds its handle
-        data = _data.scipy_kernel_data(_data.host_block(csr, np_dtype, rows), dtype)
-        return RowBlocks(data, place({"w": weight}, None)["w"], n)
-    # an all-padding block (more devices than row blocks) is an empty (0, d) slice
-    blocks = [csr] if n_blocks == 1 else [csr[b * rows : (b + 1) * rows] for b in range(n_blocks)]
-    nnz = max(max(blk.nnz for blk in blocks), 1)
-    if bucket:
-        nnz = bucket_size(nnz)
-    parts = [_sparse_block(blk, rows, nnz, np_dtype) for blk in blocks]
-    arrays = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    placed = place({**arrays, "w": weight}, mesh)
-    data = SparseData(
-        placed["rows"],
-        placed["cols"],
-        placed["values"],
-        placed["t_rows"],
-        placed["t_cols"],
-        placed["t_values"],
-        (rows, d),
-        None,
-        resolved,
-    )
-    return RowBlocks(data, placed["w"], n, mesh)
-
-
-def map_blocks(fn, replicated, data):
-    """Call ``fn(replicated, data)``, under ``shard_map`` when ``data`` is sharded.
-
-    With :class:`RowBlocks` on a mesh, ``fn`` runs once per device on the view of that
-    device's block (a :class:`RowBlocks` with ``axis_name`` set, so :func:`e_statistics`
-    and the other functions of this module sum over devices); ``replicated`` (a pytree) is
-    the same on every device, and so must be the outputs of ``fn`` (reduced statistics and
-    what is computed from them). Otherwise ``fn`` is called directly.
-    """
-    if not (isinstance(data, RowBlocks) and data.mesh is not None and data.axis_name is None):
-        return fn(replicated, data)
-    n_samples = data.n_samples
-
-    def local(replicated, block, weight):
-        return fn(replicated, RowBlocks(block, weight, n_samples, None, AXIS))
-
-    return jax.shard_map(
-        local,
-        mesh=data.mesh,
-        in_specs=(P(), P(AXIS), P(AXIS)),
-        out_specs=P(),
-        # left off as before this program lost its host callback (measured: SparseVMFMixture
-        # and BayesianVMFMixture fits over two devices pass with it on; issue 19)
-        check_vma=False,
-    )(replicated, data.data, data.row_weight)
-
-
-def map_rows(fn, replicated, data: RowBlocks) -> np.ndarray:
-    """Return ``fn(replicated, block)`` of every block, rows in global order, padding dropped.
-
-    ``fn`` (hashable: a module-level function, compiled once per shapes) maps the
-    :class:`~bayesvmf._data.DenseData` or :class:`~bayesvmf._data.SparseData` of one
-    block to an array with one leading entry per row of the block; on a mesh each device
-    computes its own rows (``shard_map``) and every process gets all of them, as a host
-    array of shape (n_samples, ...).
-    """
-    with jax.enable_x64(True):
-        out = _map_rows(fn, replicated, data)
-        if data.mesh is not None:
-            # every process gets every row (several hosts: shards of other processes too)
-            out = multihost_utils.process_allgather(out, tiled=True)
-        return np.asarray(out)[: data.n_samples]
-
-
-@functools.partial(jax.jit, static_argnames="fn", compiler_options=_mixture.JIT_OPTIONS)
-def _map_rows(fn, replicated, data):
-    _mixture.count_trace("parallel.map_rows")
-    if data.mesh is None:
-        return fn(replicated, data.data)
-    return jax.shard_map(
-        fn,
-        mesh=data.mesh,
-        in_specs=(P(), P(AXIS)),
-        out_specs=P(AXIS),
-        check_vma=False,
-    )(replicated, data.data)
-
-
-def n_rows(data) -> int:
-    """Return the number of real rows of plain or blocked data."""
-    return data.shape[0]
-
-
-def block_data(data):
-    """Return the arrays a row-wise computation sees: a block's own rows, or plain data."""
-    return data.data if isinstance(data, RowBlocks) else data
-
-
-def sum_over_blocks(data, *values):
-    """Add per-block partial sums over the devices (``psum``) on a device's block.
-
-    On plain data or a single local block the values are returned as they are (a tuple).
-    """
-    return sum_over_axis(data.axis_name if isinstance(data, RowBlocks) else None, *values)
-
-
-def sum_over_axis(axis_name: str | None, *values):
-    """Add partial sums over the devices of mesh axis ``axis_name`` (``psum``).
-
-    For use inside ``shard_map``; with ``axis_name`` None the values are returned as they
-    are (a tuple).
-    """
-    return jax.lax.psum(values, axis_name) if axis_name is not None else values
-
-
-# --------------------------------------------------------------------------------------------
-# Statistics (traceable; call inside jit, through map_blocks for sharded data)
+# Statistics (traceable; call inside jit, through data.map for sharded data)
 # --------------------------------------------------------------------------------------------
 
 
@@ -487,40 +69,28 @@ def e_statistics(data, log_weights, mu, kappa, log_c):
         resultant, resp_sum = _mixture.resultants(data, jnp.exp(log_resp))
         return resultant, resp_sum, jnp.sum(log_norm)
     w = data.row_weight
-    log_resp, log_norm = _mixture.e_step(data.data, log_weights, mu, kappa, log_c)
-    resultant, resp_sum = _mixture.resultants(data.data, jnp.exp(log_resp) * w[:, None])
+    log_resp, log_norm = _mixture.e_step(data.block, log_weights, mu, kappa, log_c)
+    resultant, resp_sum = _mixture.resultants(data.block, data.weigh_rows(jnp.exp(log_resp)))
     log_likelihood = jnp.sum(jnp.where(w > 0, log_norm, 0.0))
-    return sum_over_blocks(data, resultant, resp_sum, log_likelihood)
-
-
-def select_rows(data, idx: jax.Array) -> jax.Array:
-    """Return the rows ``X[idx]`` (global row numbers) as a dense float64 (len(idx), d) array."""
-    if not isinstance(data, RowBlocks):
-        return _seeding._rows(data, idx)
-    block = jax.lax.axis_index(data.axis_name) if data.axis_name is not None else 0
-    local = idx - block * data.block_rows
-    if isinstance(data.data, _data.DenseData):
-        # dense blocks: each gathers the rows it holds (zero for the others), summed over
-        # devices; O(len(idx) d), where the one-hot product below is O(block_rows len(idx))
-        held = (local >= 0) & (local < data.block_rows)
-        mine = data.data.X[jnp.clip(local, 0, data.block_rows - 1)].astype(jnp.float64)
-        (rows,) = sum_over_blocks(data, jnp.where(held[:, None], mine, 0.0))
-        return rows
-    # one-hot columns of the rows this block holds (all-zero for the others): X_b.T @ onehot
-    onehot = jax.nn.one_hot(local, data.block_rows, dtype=jnp.float64).T
-    (rows,) = sum_over_blocks(data, _data.data_tdot(data.data, onehot).T)
-    return rows
+    return data.sum_over_blocks(resultant, resp_sum, log_likelihood)
 
 
 def crisp_statistics(data, mu: jax.Array):
-    """Crisp assignment to the closest seed and its statistics (Algorithm 4 of [1]_).
+    """Crisp assignment to the closest seed by cosine, and its statistics (Algorithm 4 of [1]_).
 
-    :func:`bayesvmf._mixture.crisp_statistics` with padding rows weighted by 0 and the sums
-    added over devices.
+    On row blocks padding rows weigh 0 and the sums are added over devices.
+
+    Parameters
+    ----------
+    data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
+    mu : jax.Array of shape (n_components, n_features)
+
+    Returns
+    -------
+    resultant : jax.Array of shape (n_components, n_features)
+    resp_sum : jax.Array of shape (n_components,)
     """
-    if not isinstance(data, RowBlocks):
-        return _mixture.crisp_statistics(data, mu)
-    labels = jnp.argmax(_data.data_dot(data.data, mu.T), axis=1)
+    labels = jnp.argmax(data.block.dot(mu.T), axis=1)
     return weighted_resultants(data, jax.nn.one_hot(labels, mu.shape[0], dtype=jnp.float64))
 
 
@@ -530,17 +100,7 @@ def weighted_resultants(data, weights: jax.Array):
     :func:`bayesvmf._mixture.resultants` with padding rows weighted by 0 and the sums added
     over devices; ``weights`` (n_rows, K) are those of the rows a device sees.
     """
-    if not isinstance(data, RowBlocks):
-        return _mixture.resultants(data, weights)
-    weights = weights * data.row_weight[:, None]
-    return sum_over_blocks(data, *_mixture.resultants(data.data, weights))
-
-
-def _gather_rows(data, values: jax.Array) -> jax.Array:
-    """Return the per-row ``values`` of all blocks in global row order, padding dropped."""
-    if data.axis_name is not None:
-        values = jax.lax.all_gather(values, data.axis_name, tiled=True)
-    return values[: data.n_samples]
+    return data.sum_over_blocks(*_mixture.resultants(data.block, data.weigh_rows(weights)))
 
 
 #: Hard passes stop early when one raises the spherical k-means objective sum_i max_k x_i.mu_k
@@ -614,7 +174,7 @@ def spherical_kmeans(data, mu, max_passes):
 
     Parameters
     ----------
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
     mu : jax.Array of shape (K, d)
         Seeds (unit rows).
     max_passes : int64 scalar (traced)
@@ -642,7 +202,7 @@ def spherical_kmeans(data, mu, max_passes):
 
 def weighted_log_prob(data: RowBlocks, log_weights, mu, kappa) -> np.ndarray:
     """Log alpha_k + log f_k(x_i) of every real row of blocked data, as a host array (n, K)."""
-    return map_rows(_weighted_log_prob_rows, (mu, kappa, log_weights), data)
+    return data.map_rows(_weighted_log_prob_rows, (mu, kappa, log_weights))
 
 
 def _weighted_log_prob_rows(params, block):
@@ -654,7 +214,7 @@ def _weighted_log_prob_rows(params, block):
 
 def _cosines(data, mu):
     """X @ mu.T of the rows of this device (padding rows included on row blocks)."""
-    return _data.data_dot(block_data(data), mu.T)
+    return data.block.dot(mu.T)
 
 
 #: Power iterations of :func:`split_gains` (the leading direction of a merged component's
@@ -724,7 +284,7 @@ def split_merge(data, mu, max_passes):
 
     Parameters
     ----------
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
     mu : jax.Array of shape (K, d)
         Directions after hard passes.
     max_passes : int64 scalar (traced)

@@ -1,10 +1,11 @@
 """Seeding of the vMF mixtures: random rows (Algorithm 4 of [1]_) and spherical k-means++ [3]_.
 
 Every estimator draws its initial mean directions here (:data:`INIT_METHODS`, the ``init``
-options), on plain data and on row blocks (:class:`bayesvmf._parallel.RowBlocks`, which
-select their rows themselves); large data are seeded from a uniform subsample of their rows
-(:func:`seeding_sample` inside a program, :func:`host_seeding_sample` on the host). The
-names are re-exported by :mod:`bayesvmf._mixture`.
+options), on any data object of the data layer (plain data or row blocks,
+:class:`bayesvmf._blocks.RowBlocks`: ``data.take_rows`` and ``data.dot`` are all they
+ask); large data are seeded from a uniform subsample of their rows (:func:`seeding_sample`
+inside a program, :func:`host_seeding_sample` on the host). The names are re-exported by
+:mod:`bayesvmf._mixture`.
 
 References
 ----------
@@ -24,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf._data import DenseData, SparseData, data_dot, data_tdot, host_csr, to_device
+from bayesvmf._blocks import device_data
+from bayesvmf._data import DenseData, SparseData, host_csr
 
 __all__ = [
     "INIT_METHODS",
@@ -40,27 +42,13 @@ __all__ = [
 ]
 
 
-def _rows(data, idx: jax.Array) -> jax.Array:
-    """Return the rows ``X[idx]`` as a dense (len(idx), d) array (through ``X.T @ onehot``).
-
-    Row blocks (:class:`bayesvmf._parallel.RowBlocks`) select their rows themselves
-    (``data.rows``), so the seedings below serve plain and blocked data alike.
-    """
-    if not isinstance(data, DenseData | SparseData):
-        return data.rows(idx)
-    if isinstance(data, DenseData):
-        return data.X[idx].astype(jnp.float64)
-    onehot = jax.nn.one_hot(idx, data.shape[0], dtype=jnp.float64).T
-    return data_tdot(data, onehot).T
-
-
 def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
     """Draw K distinct rows of X uniformly as initial mean directions (Algorithm 4 of [1]_).
 
     Parameters
     ----------
     rng_key : jax.Array
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
     n_components : int
 
     Returns
@@ -68,7 +56,7 @@ def init_random_rows(rng_key, data, n_components: int) -> jax.Array:
     mu : jax.Array of shape (n_components, n_features)
     """
     idx = jax.random.choice(rng_key, data.shape[0], (n_components,), replace=False)
-    return _rows(data, idx)
+    return data.take_rows(idx)
 
 
 #: Spherical k-means++ draws its seeds from a uniform subsample of large data, of
@@ -97,14 +85,13 @@ def seeding_sample(rng_key, data, n_components: int):
     """
     n_samples = data.shape[0]
     size = seeding_size(n_components)
-    blocks = getattr(data, "data", None)
-    dense = isinstance(data, DenseData) or isinstance(blocks, DenseData)
+    dense = isinstance(data.block, DenseData)
     if n_samples <= size or not dense:
         return data
     idx = jax.random.choice(jax.random.fold_in(rng_key, size), n_samples, (size,), replace=False)
     if isinstance(data, DenseData):
         return DenseData(data.X[idx])
-    return DenseData(data.rows(idx).astype(blocks.X.dtype))
+    return DenseData(data.take_rows(idx).astype(data.block.X.dtype))
 
 
 def host_seeding_sample(rng_key, data, n_components: int) -> SparseData | None:
@@ -122,7 +109,7 @@ def host_seeding_sample(rng_key, data, n_components: int) -> SparseData | None:
         return None
     seed = np.asarray(jax.random.key_data(rng_key), np.uint32).ravel()
     idx = np.random.default_rng(seed).choice(data.shape[0], size, replace=False)
-    return to_device(host_csr(data)[idx], data.dtype, kernel="scipy")
+    return device_data(host_csr(data)[idx], data.dtype, kernel="scipy")
 
 
 def greedy_trials(n_components: int) -> int:
@@ -175,7 +162,7 @@ def init_spherical_kmeanspp(
     Parameters
     ----------
     rng_key : jax.Array
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
     n_components : int
     n_local_trials : int or None, default 1
         Candidates per seed, the best kept (greedy k-means++); None means
@@ -190,14 +177,14 @@ def init_spherical_kmeanspp(
     trials = greedy_trials(n_components) if n_local_trials is None else int(n_local_trials)
     keys = jax.random.split(rng_key, n_components)
     first = jax.random.randint(keys[0], (), 0, n)
-    mu0 = _rows(data, first[None])
+    mu0 = data.take_rows(first[None])
     mu = jnp.zeros((n_components, d), jnp.float64).at[0].set(mu0[0])
-    best = data_dot(data, mu0.T)[:, 0]
+    best = data.dot(mu0.T)[:, 0]
 
     def body(k, carry):
         mu, best = carry
         row, best = kmeanspp_pick(
-            keys[k], best, trials, lambda idx: _rows(data, idx), lambda r: data_dot(data, r.T)
+            keys[k], best, trials, lambda idx: data.take_rows(idx), lambda r: data.dot(r.T)
         )
         return mu.at[k].set(row), best
 

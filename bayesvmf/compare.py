@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf import _data, _mixture, _seeding, metrics
+from bayesvmf import _blocks, _mixture, _seeding, metrics
 from bayesvmf.data import check_directional
 
 __all__ = ["Comparison", "compare", "shared_initial_labels"]
@@ -58,7 +58,7 @@ def _kmeanspp_labels(rng_key, data, n_components):
     """Spherical k-means++ seeds, then every row to its closest seed (one compiled program)."""
     _mixture.count_trace("compare.init")
     mu = _seeding.init_spherical_kmeanspp(rng_key, data, n_components)
-    return jnp.argmax(_data.data_dot(data, mu.T), axis=1)
+    return jnp.argmax(data.dot(mu.T), axis=1)
 
 
 def shared_initial_labels(X, n_components: int, seed: int = 0) -> np.ndarray:
@@ -95,7 +95,7 @@ def shared_initial_labels(X, n_components: int, seed: int = 0) -> np.ndarray:
         raise ValueError(f"n_components must be an int >= 1, got {n_components!r}")
     Xc = check_directional(X, min_rows=n_components, min_rows_name="n_components")
     with jax.enable_x64(True):
-        data = _data.to_device(Xc)
+        data = _blocks.device_data(Xc)
         labels = np.asarray(_kmeanspp_labels(jax.random.key(int(seed)), data, n_components))
         labels = labels.astype(np.int64)
     counts = np.bincount(labels, minlength=n_components)

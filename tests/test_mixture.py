@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 import scipy.special
 
-from bayesvmf import _data, _mixture, _seeding, special
+from bayesvmf import _data, _mixture, _parallel, _seeding, special
 
 N, D, K = 40, 7, 3
 
@@ -51,8 +51,8 @@ def test_data_dot_and_tdot_match_scipy(X, dtype):
     Xs = sp.csr_matrix(X)
     tol = 1e-13 if dtype == jnp.float64 else 1e-5
     for name, data in _all_data(X, dtype).items():
-        dot = _data.data_dot(data, jnp.asarray(M))
-        tdot = _data.data_tdot(data, jnp.asarray(R))
+        dot = data.dot(jnp.asarray(M))
+        tdot = data.tdot(jnp.asarray(R))
         assert dot.dtype == jnp.float64 and tdot.dtype == jnp.float64, name
         np.testing.assert_allclose(dot, Xs @ M, atol=tol, err_msg=name)
         np.testing.assert_allclose(tdot, Xs.T @ R, atol=tol, err_msg=name)
@@ -64,8 +64,8 @@ def test_products_jit_and_vmap_over_right_hand_sides(X, kernel):
     rng = np.random.default_rng(1)
     Ms, Rs = rng.normal(size=(4, D, K)), rng.normal(size=(4, N, K))
     data = _data.to_device(sp.csr_matrix(X), kernel=kernel)
-    dot = jax.jit(jax.vmap(_data.data_dot, in_axes=(None, 0)))(data, jnp.asarray(Ms))
-    tdot = jax.jit(jax.vmap(_data.data_tdot, in_axes=(None, 0)))(data, jnp.asarray(Rs))
+    dot = jax.jit(jax.vmap(lambda d, m: d.dot(m), in_axes=(None, 0)))(data, jnp.asarray(Ms))
+    tdot = jax.jit(jax.vmap(lambda d, r: d.tdot(r), in_axes=(None, 0)))(data, jnp.asarray(Rs))
     np.testing.assert_allclose(dot, np.einsum("nd,bdk->bnk", X, Ms), atol=1e-13)
     np.testing.assert_allclose(tdot, np.einsum("nd,bnk->bdk", X, Rs), atol=1e-13)
 
@@ -81,8 +81,8 @@ def test_scipy_products_in_groups_of_restarts(X, dense_bytes, monkeypatch):
     with jax.enable_x64(True):
         data = _data.to_device(Xs, kernel="scipy")
         # a fresh jit per case: the host function is looked up when the program runs
-        dot = jax.jit(jax.vmap(lambda d, m: _data.data_dot(d, m), in_axes=(None, 0)))
-        tdot = jax.jit(jax.vmap(lambda d, r: _data.data_tdot(d, r), in_axes=(None, 0)))
+        dot = jax.jit(jax.vmap(lambda d, m: d.dot(m), in_axes=(None, 0)))
+        tdot = jax.jit(jax.vmap(lambda d, r: d.tdot(r), in_axes=(None, 0)))
         got_dot, got_tdot = dot(data, jnp.asarray(Ms)), tdot(data, jnp.asarray(Rs))
     np.testing.assert_allclose(got_dot, np.einsum("nd,bdk->bnk", X, Ms), rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(got_tdot, np.einsum("nd,bnk->bdk", X, Rs), rtol=1e-13, atol=1e-14)
@@ -194,7 +194,7 @@ def test_init_random_rows_picks_distinct_rows(X, kernel):
 def test_crisp_statistics_assign_to_closest_seed(X):
     data = _all_data(X)["scipy"]
     mu = np.asarray(_seeding.init_random_rows(jax.random.key(0), data, K))
-    resultant, resp_sum = _mixture.crisp_statistics(data, mu)
+    resultant, resp_sum = _parallel.crisp_statistics(data, mu)
     labels = np.argmax(X @ mu.T, axis=1)
     onehot = np.eye(K)[labels]
     np.testing.assert_allclose(resultant, onehot.T @ X, atol=1e-13)
@@ -341,7 +341,7 @@ def test_scipy_kernel_float64_under_scoped_x64_only():
         with jax.enable_x64(True):
             for dtype in (jnp.float32, jnp.float64, jnp.float64):
                 data = _data.to_device(Xs, dtype, kernel="scipy")
-                f = jax.jit(jax.vmap(_data.data_tdot, in_axes=(None, 0)))
+                f = jax.jit(jax.vmap(lambda d, r: d.tdot(r), in_axes=(None, 0)))
                 for _ in range(3):
                     out = np.asarray(f(data, jnp.asarray(R)))
             assert out.dtype == np.float64
@@ -408,4 +408,4 @@ def test_with_device_csr_adds_the_arrays_gibbs_reads(X):
         np.testing.assert_array_equal(np.asarray(data.cols), Xs.indices)
         np.testing.assert_array_equal(np.asarray(data.values), Xs.data)
         # the products still run on the host block
-        np.testing.assert_allclose(np.asarray(_data.data_tdot(data, jnp.eye(N))), X.T)
+        np.testing.assert_allclose(np.asarray(data.tdot(jnp.eye(N))), X.T)

@@ -7,12 +7,13 @@ import sys
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from conftest import shared_data_or_skip
 
-from bayesvmf import _data, _mixture, _parallel, _seeding
+from bayesvmf import _blocks, _data, _mixture, _parallel, _seeding
 from bayesvmf.data import check_directional
 from bayesvmf.models import SparseVMFMixture
 
@@ -22,7 +23,7 @@ SCRIPT = textwrap.dedent(
     import json, sys
     import jax, numpy as np, scipy.sparse as sp
     jax.config.update("jax_enable_x64", True)
-    from bayesvmf import _data, _mixture, _parallel, _seeding
+    from bayesvmf import _blocks, _data, _mixture, _parallel, _seeding
     from bayesvmf.data import check_directional
     from bayesvmf.models import SparseVMFMixture
 
@@ -89,20 +90,20 @@ SCRIPT = textwrap.dedent(
         return (_parallel.e_statistics(data, log_w, mu, kappa, log_c),
                 _parallel.crisp_statistics(data, mu), seeds)
 
-    run = jax.jit(lambda args, data: _parallel.map_blocks(pieces, args, data))
+    run = jax.jit(lambda args, data: data.map(pieces, args))
     with jax.enable_x64(True):
         args = (mu, kappa, np.asarray(_mixture.log_normalizer(d, kappa)), log_w)
         layouts = (("dense", X, "auto"), ("scipy", Xs, "scipy"), ("segment_sum", Xs, "segment_sum"))
         for name, data, kernel in layouts if section == "pieces" else ():
             results = [run(args, _data.to_device(data, kernel=kernel)),
-                       run(args, _parallel.row_blocks(data, devices=devices))]
+                       run(args, _blocks.device_data(data, devices=devices))]
             one, two = ([np.asarray(a).tolist() for a in jax.tree.leaves(r)] for r in results)
             out[name] = {"one": one, "two": two}
         mu_big = mu[:, :6] / np.linalg.norm(mu[:, :6], axis=1, keepdims=True)
         big_args = (mu_big, kappa, np.asarray(_mixture.log_normalizer(6, kappa)), log_w)
         if section == "pieces":
             results = [run(big_args, _data.to_device(X_big)),
-                       run(big_args, _parallel.row_blocks(X_big, devices=devices))]
+                       run(big_args, _blocks.device_data(X_big, devices=devices))]
             one, two = ([np.asarray(a).tolist() for a in jax.tree.leaves(r)] for r in results)
             out["dense-subsampled"] = {"one": one, "two": two}
 
@@ -365,7 +366,7 @@ def test_padding_rows_and_entries_change_nothing(rng, kernel):
     kappa, log_w = np.array([2.0, 5.0, 9.0]), np.log([0.2, 0.3, 0.5])
     with jax.enable_x64(True):
         log_c = np.asarray(_mixture.log_normalizer(7, kappa))
-        blocks = _parallel.row_blocks(X, kernel=kernel, bucket=True)
+        blocks = _blocks.device_data(X, kernel=kernel, bucket=True)
         plain_dense = _data.to_device(X.toarray())
     assert blocks.block_rows == 16  # rows padded
     # the scipy kernel keeps the block on the host and needs no padded entries
@@ -379,9 +380,42 @@ def test_padding_rows_and_entries_change_nothing(rng, kernel):
         np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-15)
 
 
+def _row_norms(_, block):
+    # a row-wise computation for map_rows: one entry per row of the block it sees
+    return jnp.linalg.norm(block.dot(jnp.eye(block.shape[1])), axis=1)
+
+
+@pytest.mark.parametrize("kind", ["dense", "scipy", "segment_sum"])
+def test_plain_data_and_row_blocks_answer_one_interface(rng, kind):
+    dense = rng.random((13, 7)) * (rng.random((13, 7)) < 0.5)
+    dense[:, 0] += 0.1  # no all-zero row
+    X = check_directional(dense if kind == "dense" else sp.csr_matrix(dense))
+    Xd = X.toarray() if sp.issparse(X) else X
+    kernel = "auto" if kind == "dense" else kind
+    M, idx = rng.normal(size=(7, 3)), np.array([12, 0, 5])
+    with jax.enable_x64(True):
+        plain = _blocks.device_data(X, kernel=kernel)
+        blocks = _blocks.device_data(X, kernel=kernel, bucket=True)
+        assert not isinstance(plain, _blocks.RowBlocks) and plain.block is plain
+        assert isinstance(blocks, _blocks.RowBlocks) and blocks.block.shape == (16, 7)
+        for data in (plain, blocks):
+            assert data.n_samples == 13 and not data.is_sharded
+            np.testing.assert_allclose(np.asarray(data.dot(jnp.asarray(M))), Xd @ M, rtol=1e-13)
+            np.testing.assert_array_equal(np.asarray(data.take_rows(jnp.asarray(idx))), Xd[idx])
+            norms = data.map_rows(_row_norms, None)
+            np.testing.assert_allclose(norms, np.ones(13), rtol=1e-13)
+            back = data.host_rows(data.row_array(np.arange(13.0)))
+            np.testing.assert_array_equal(back, np.arange(13.0))
+            # padding rows weigh 0: the column sums of the real rows only
+            ones = data.weigh_rows(jnp.full((data.block.shape[0], 1), 2.0))
+            total = data.map(lambda _, d, w: d.tdot(w), None, ones)
+            np.testing.assert_allclose(np.asarray(total)[:, 0], 2 * Xd.sum(axis=0), rtol=1e-13)
+            assert data.sum_over_blocks(1.0, 2.0) == (1.0, 2.0)  # one block: nothing to add
+
+
 def test_bucket_sizes():
     sizes = np.arange(1, 5000)
-    buckets = np.array([_parallel.bucket_size(s) for s in sizes])
+    buckets = np.array([_blocks.bucket_size(s) for s in sizes])
     assert (buckets >= sizes).all() and (np.diff(buckets) >= 0).all()
     assert (buckets[sizes > 8] / sizes[sizes > 8]).max() <= 1.42
     assert len(np.unique(buckets)) <= 2 * np.log2(5000 / 8) + 2
@@ -391,12 +425,12 @@ def test_sharded_sparse_data_refuses_the_scipy_kernel():
     X = check_directional(sp.csr_matrix(np.eye(4)))
     with jax.enable_x64(True):
         with pytest.raises(ValueError, match="kernel='scipy' cannot shard data over devices"):
-            _parallel.row_blocks(X, devices=jax.devices()[:1], kernel="scipy")
+            _blocks.device_data(X, devices=jax.devices()[:1], kernel="scipy")
         with pytest.raises(ValueError, match="kernel must be one of"):
-            _parallel.row_blocks(X, devices=jax.devices()[:1], kernel="scipyy")
+            _blocks.device_data(X, devices=jax.devices()[:1], kernel="scipyy")
         # the sharded default is segment_sum on every backend; one block keeps the CPU kernel
-        sharded = _parallel.row_blocks(X, devices=jax.devices()[:1])
-        single = _parallel.row_blocks(X, kernel="scipy")
+        sharded = _blocks.device_data(X, devices=jax.devices()[:1])
+        single = _blocks.device_data(X, kernel="scipy", bucket=True)
     assert sharded.data.kernel == "segment_sum" and sharded.mesh is not None
     assert single.data.kernel == "scipy" and single.mesh is None
     np.testing.assert_array_equal(X.toarray(), np.eye(4))  # the caller's matrix untouched
@@ -404,14 +438,14 @@ def test_sharded_sparse_data_refuses_the_scipy_kernel():
 
 def test_devices_argument_errors():
     with pytest.raises(ValueError, match="devices=5: asked for 5 devices, but JAX sees 1"):
-        _parallel.resolve_devices(5)
+        _blocks.resolve_devices(5)
     with pytest.raises(TypeError, match="devices must hold jax devices; got 'cpu'"):
-        _parallel.resolve_devices(["cpu"])
+        _blocks.resolve_devices(["cpu"])
     with pytest.raises(ValueError, match="devices holds a device twice"):
-        _parallel.resolve_devices(jax.devices() * 2)
+        _blocks.resolve_devices(jax.devices() * 2)
     with pytest.raises(ValueError, match="devices is an empty list"):
-        _parallel.resolve_devices([])
-    assert _parallel.resolve_devices(1) == jax.devices()[:1]
+        _blocks.resolve_devices([])
+    assert _blocks.resolve_devices(1) == jax.devices()[:1]
     with pytest.raises(
         ValueError,
         match=r"The 'devices' parameter of SparseVMFMixture must be None, an int in the range "

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from scipy.special import ive, logsumexp
 from sklearn.utils._param_validation import InvalidParameterError
 
-from bayesvmf import _mixture, _parallel
+from bayesvmf import _blocks, _mixture
 from bayesvmf.data import check_directional
 from bayesvmf.exceptions import DegenerateRunWarning
 from bayesvmf.models import SparseVMFMixture
@@ -81,7 +81,7 @@ def test_online_step_is_the_running_average_and_the_batch_m_step(corpus, fits):
     stats0, log_w, mu, kappa = stream._online
     step, n = 0.3, 1000.0
     with jax.enable_x64(True):
-        data = _parallel.row_blocks(chunk, bucket=True)
+        data = _blocks.device_data(chunk, bucket=True)
         stats, new_lw, new_mu, new_kappa, status, ll = S.online_em_step(
             stats0, log_w, mu, kappa, data, step, n, 0.0, 1e6, shared_kappa=False
         )

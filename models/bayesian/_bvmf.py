@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _guards, _mixture, _parallel, _seeding, special
+from bayesvmf import _blocks, _guards, _mixture, _seeding, special
 from bayesvmf._base import RANDOM_STATE, STREAM_CONSTRAINTS, StreamingMixin
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian import _bvmf_stream, _kappa
@@ -36,7 +36,7 @@ from bayesvmf.models.bayesian._bvmf_vi import (
     vi_step,
 )
 from bayesvmf.models.bayesian._kappa import Priors
-from bayesvmf.models.bayesian._shared import FINITE, NONNEGATIVE, POSITIVE, fit_data
+from bayesvmf.models.bayesian._shared import FINITE, NONNEGATIVE, POSITIVE
 
 __all__ = ["BayesianVMFMixture"]
 
@@ -243,7 +243,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         "normalize": ["boolean"],
         "random_state": RANDOM_STATE,
         "verbose": ["verbose"],
-        "devices": _parallel.DevicesOption(),
+        "devices": _blocks.DevicesOption(),
     }
     #: what the global factors of a stream are shaped and updated by (StreamingMixin)
     _stream_params = ("n_components", "kappa_update", "shared_kappa")
@@ -498,19 +498,19 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         sweeps rows and takes one second product per chunk: its dense data keep no
         transposed copy (:class:`bayesvmf._data.DenseData`), VI's do.
         """
-        devices = _parallel.resolve_devices(self.devices)
-        return fit_data(Xc, devices, transposed=self.inference != "gibbs")
+        transposed = self.inference != "gibbs"
+        return _blocks.device_data(Xc, devices=self.devices, transposed=transposed)
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the largest lambda_ik of each training row (each device its rows)."""
-        if not isinstance(data, _parallel.RowBlocks):
+        if not data.is_sharded:
             return super()._training_labels(data)
-        logits = _parallel.map_rows(_log_resp_rows, self._log_resp_params(), data)
+        logits = data.map_rows(_log_resp_rows, self._log_resp_params())
         return np.argmax(logits, axis=1)
 
     def _check_devices(self) -> list | None:
         """Resolve ``devices``; refuse it with Gibbs sampling or an ``init`` label array."""
-        devices = _parallel.resolve_devices(self.devices)
+        devices = _blocks.resolve_devices(self.devices)
         if devices is None:
             return None
         if self.inference != "vi":

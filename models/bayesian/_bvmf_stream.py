@@ -18,14 +18,12 @@ from __future__ import annotations
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf import _guards, _parallel
+from bayesvmf import _blocks, _guards
 from bayesvmf._base import make_key
 from bayesvmf.exceptions import DegenerateRunWarning
 from bayesvmf.models.bayesian._bvmf_vi import svi_step
-from bayesvmf.models.bayesian._shared import fit_data
 
 __all__ = ["partial_fit"]
 
@@ -54,8 +52,8 @@ def partial_fit(model, X, n_samples):
             # the step below diagnoses (and warns about) the state this call ends in
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegenerateRunWarning)
-                model._fit(fit_data(Xc, devices), key)
-        blocks = _parallel.row_blocks(Xc, jnp.float64, devices=devices, bucket=True)
+                model._fit(model._training_data(Xc), key)
+        blocks = _blocks.device_data(Xc, devices=devices, bucket=True)
         online, bound, accept, effective = svi_step(
             model._online,
             blocks.counted_by_weight(),

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp, xlogy
 
-from bayesvmf import _data, _mixture, _parallel, special
+from bayesvmf import _mixture, _parallel, special
 from bayesvmf._program_cache import persistent_jit
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
@@ -198,24 +198,21 @@ def _log_resp_unnormalised(data, post: Posterior, a_gamma):
     """Return E log pi_k + E log C_d(kappa_k) + E[kappa_k] x_i . E[mu_k] (log lambda_ik + c)."""
     mean_mu = (a_gamma * post.kappa.mean_kappa)[:, None] * post.psi
     log_pi = _eb.expected_log_pi(post.rho)
-    rows = _parallel.block_data(data)
-    return _data.data_dot(rows, mean_mu.T) + post.kappa.mean_log_c + log_pi
+    return data.block.dot(mean_mu.T) + post.kappa.mean_log_c + log_pi
 
 
 def _statistics(data, log_resp):
     """r_k, N_k and the entropy of q(z) from log lambda (rows of plain data or of a block).
 
-    On row blocks (:class:`bayesvmf._parallel.RowBlocks`) padding rows weigh 0 and, on a
+    On row blocks (:class:`bayesvmf._blocks.RowBlocks`) padding rows weigh 0 and, on a
     device's block, the three sums are added over the devices (``psum``).
     """
     resp = jnp.exp(log_resp)
-    weighted = resp
-    if isinstance(data, _parallel.RowBlocks):
-        weighted = resp * data.row_weight[:, None]
-    resultant, resp_sum = _mixture.resultants(_parallel.block_data(data), weighted)
+    weighted = data.weigh_rows(resp)
+    resultant, resp_sum = _mixture.resultants(data.block, weighted)
     entropy = -jnp.sum(xlogy(weighted, resp))
     square = jnp.sum(weighted * resp, axis=0)
-    return Statistics(*_parallel.sum_over_blocks(data, resultant, resp_sum, entropy, square))
+    return Statistics(*data.sum_over_blocks(resultant, resp_sum, entropy, square))
 
 
 def _pooled(rho, shared_kappa: bool):
@@ -317,7 +314,7 @@ def vi_step(
     ----------
     state : VIState
         Batch of B runs.
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
         Row blocks on a mesh of devices (``devices=``) run the data pass on every device's
         rows and add the statistics over devices (``psum``); the rest runs replicated.
     tol : float64 scalar
@@ -341,13 +338,13 @@ def vi_step(
     """
     _mixture.count_trace("bayesian.vi_step")
     cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps, shared_kappa)
-    return _parallel.map_blocks(
-        functools.partial(_vi_step_body, cfg=cfg), (state, tol, max_iter, empirical_bayes), data
+    return data.map(
+        functools.partial(_vi_step_body, cfg=cfg), (state, tol, max_iter, empirical_bayes)
     )
 
 
 def _vi_step_body(args, data, *, cfg):
-    """Body of :func:`vi_step` on plain data or on one block of rows (see map_blocks)."""
+    """Body of :func:`vi_step` on plain data or on one block of rows (see ``data.map``)."""
     state, tol, max_iter, empirical_bayes = args
 
     def one(s: VIState):
@@ -429,11 +426,11 @@ def svi_step(
     Parameters
     ----------
     state : StreamState
-    data : bayesvmf._parallel.RowBlocks
-        The chunk, padded to a bucket size (:func:`bayesvmf._parallel.row_blocks`); on a
+    data : bayesvmf._blocks.RowBlocks
+        The chunk, padded to a bucket size (:func:`bayesvmf._blocks.device_data`); on a
         mesh of devices each device takes the local step of its rows and the statistics are
         added over devices (``psum``). Rows are counted by their weights, never by
-        ``data.n_samples`` (:meth:`~bayesvmf._parallel.RowBlocks.counted_by_weight`).
+        ``data.n_samples`` (:meth:`~bayesvmf._blocks.RowBlocks.counted_by_weight`).
     step_size, scale : float64 scalars
         rho_t and n / m.
     empirical_bayes : bool scalar
@@ -452,15 +449,13 @@ def svi_step(
     """
     _mixture.count_trace("bayesian.svi_step")
     cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps, shared_kappa)
-    return _parallel.map_blocks(
-        functools.partial(_svi_step_body, cfg=cfg),
-        (state, step_size, scale, empirical_bayes),
-        data,
+    return data.map(
+        functools.partial(_svi_step_body, cfg=cfg), (state, step_size, scale, empirical_bayes)
     )
 
 
 def _svi_step_body(args, data, *, cfg):
-    """Body of :func:`svi_step` on one block of rows (see map_blocks)."""
+    """Body of :func:`svi_step` on one block of rows (see ``data.map``)."""
     state, step_size, scale, empirical_bayes = args
     d = data.shape[1]
     post, priors = state.post, state.priors
@@ -491,7 +486,7 @@ def _svi_step_body(args, data, *, cfg):
     )
     post = Posterior(rho, psi, gamma, kappa)
     stats = Statistics(scale * resultant, scale * resp_sum, scale * entropy)
-    (real_rows,) = _parallel.sum_over_blocks(data, jnp.sum(data.row_weight))
+    (real_rows,) = data.sum_over_blocks(jnp.sum(data.row_weight))
     n = scale * real_rows
     bound = elbo(post, stats, priors, d, a_gamma, cfg[-1]) / n
     # the chunk's effective rows per component, N_k^2 / sum_i lambda_ik^2 (the guards)
@@ -510,7 +505,7 @@ def _init_labels(keys, data, n_components: int, init: str, kmeans_iter=None, sam
 
     def one(key):
         mu = _parallel.initial_directions(key, data, n_components, init, kmeans_iter, sample)
-        return jnp.argmax(_data.data_dot(data, mu.T), axis=1)
+        return jnp.argmax(data.dot(mu.T), axis=1)
 
     return jax.vmap(one)(keys)
 
@@ -534,7 +529,7 @@ def _seed_statistics(keys, data, n_components: int, init: str, kmeans_iter=None,
 
         return jax.vmap(one)(keys)
 
-    return _parallel.map_blocks(body, (keys, kmeans_iter), data)
+    return data.map(body, (keys, kmeans_iter))
 
 
 @persistent_jit(static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)
@@ -604,7 +599,7 @@ def _weighted_log_resp(data, rho, psi, gamma, mean_kappa, mean_log_c):
 
 
 def _log_resp_rows(params, data):
-    """Log lambda_ik + const of the rows of plain data (or of one block, :func:`map_rows`)."""
+    """Log lambda_ik + const of the rows of plain data (or of one block, ``data.map_rows``)."""
     rho, psi, gamma, mean_kappa, mean_log_c = params
     kappa = KappaMoments(mean_kappa, mean_log_c, mean_log_c, mean_log_c, mean_log_c)
     a_gamma = special.mean_resultant_length(data.shape[1], gamma)
@@ -616,7 +611,7 @@ def _log_predictive(data, rho, psi, gamma, kappa_draws, log_draw_weights):
     """Log posterior predictive per row (:meth:`BayesianVMFMixture.score_samples`)."""
     _mixture.count_trace("bayesian.log_predictive")
     d = data.shape[1]
-    cosines = _data.data_dot(data, psi.T)  # (n, K)
+    cosines = data.dot(psi.T)  # (n, K)
     kappa = kappa_draws[:, None, :]  # (S, 1, K)
     norm_sq = kappa**2 + gamma**2 + 2.0 * kappa * gamma * cosines[None]
     norm = jnp.sqrt(jnp.maximum(norm_sq, 0.0))

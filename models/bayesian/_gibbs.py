@@ -23,7 +23,6 @@ from jax.scipy.special import logsumexp
 from scipy.optimize import linear_sum_assignment
 
 from bayesvmf import _arviz, _data, _guards, _mcmc, _mixture, special
-from bayesvmf._data import data_dot, data_tdot
 from bayesvmf._mixture import JIT_OPTIONS, count_trace
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian._gibbs_kernel import (
@@ -77,7 +76,7 @@ def _initial_kappa(data, z, m, n_components, shared=False):
     d = data.shape[1]
     onehot = jax.nn.one_hot(z, n_components, dtype=jnp.float64)  # (C, n, K)
     flat = jnp.moveaxis(onehot, 0, 1).reshape(n, n_chains * n_components)
-    resultant = data_tdot(data, flat).T.reshape(n_chains, n_components, d)
+    resultant = data.tdot(flat).T.reshape(n_chains, n_components, d)
     counts = onehot.sum(axis=1)
     norms = jnp.linalg.norm(resultant, axis=2)
     if shared:
@@ -268,8 +267,8 @@ def _log_predictive(data, counts, resultant, kappa, hyper):
     n_total = counts.sum(axis=1, keepdims=True)  # (R, 1)
     log_weights = jnp.log(hyper.alpha + counts) - jnp.log(n_total + n_components * hyper.alpha)
     flat = resultant.reshape(n_draws * n_components, d)
-    dots = data_dot(data, flat.T).reshape(-1, n_draws, n_components)  # x . s_k
-    x_mu0 = data_dot(data, hyper.mu0[:, None])[:, 0]
+    dots = data.dot(flat.T).reshape(-1, n_draws, n_components)  # x . s_k
+    x_mu0 = data.dot(hyper.mu0[:, None])[:, 0]
     resultant_sq = jnp.sum(resultant * resultant, axis=2)
     resultant_mu0 = resultant @ hyper.mu0
     norm_sq = _norms_sq(kappa, resultant_sq, resultant_mu0, hyper.C0)  # (R, K)

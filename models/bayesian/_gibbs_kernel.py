@@ -62,7 +62,7 @@ from jax import lax
 from jax.scipy.special import gammaln
 
 from bayesvmf import _data, _mcmc, _mixture
-from bayesvmf._data import DenseData, data_dot, data_tdot
+from bayesvmf._data import DenseData
 from bayesvmf._mixture import JIT_OPTIONS, count_trace
 from bayesvmf.models.bayesian._kappa import Priors
 
@@ -168,7 +168,7 @@ def sufficient_statistics(data, z, mu0, n_components: int):
     counts : (K,), resultant : (K, d), resultant_sq : (K,), resultant_mu0 : (K,)
     """
     onehot = jax.nn.one_hot(z, n_components, dtype=jnp.float64)
-    resultant = data_tdot(data, onehot).T
+    resultant = data.tdot(onehot).T
     return (
         onehot.sum(axis=0),
         resultant,
@@ -580,7 +580,7 @@ def _gibbs_chunk(
     accumulates the label indicators of the sampling sweeps (the chain-alignment statistic).
     """
     count_trace("bayesian.gibbs_chunk")
-    x_mu0 = data_dot(data, hyper.mu0[:, None].astype(jnp.float64))[:, 0]
+    x_mu0 = data.dot(hyper.mu0[:, None].astype(jnp.float64))[:, 0]
     n_components = states.kappa.shape[1]
 
     def one_chain(chain_keys, chain_adapt, chain_slots, state, freq, kept):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.utils._param_validation import Interval
 
-from bayesvmf import _data, _guards, _mixture, _parallel
+from bayesvmf import _blocks, _guards, _mixture
 from bayesvmf._base import make_key
 from bayesvmf.models.bayesian._hierarchical_vi import (
     HState,
@@ -31,7 +31,6 @@ from bayesvmf.models.bayesian._shared import (
     SHARED_CONSTRAINTS,
     check_direction,
     data_mean_direction,
-    fit_data,
     fit_restarts,
     q_to_arviz,
     resolve_mu0,
@@ -256,15 +255,15 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         labels : ndarray of shape (n_samples,)
         """
         self._validate_params()
-        devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
+        devices = _blocks.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
-            data = fit_data(Xc, devices)
+            data = _blocks.device_data(Xc, devices=devices, transposed=True)
             self._fit(data, make_key(self.random_state), host=Xc)
-            if devices is None:
-                weighted_log_prob = self._estimate_weighted_log_prob(_data.without_transpose(data))
+            if not data.is_sharded:
+                weighted_log_prob = self._estimate_weighted_log_prob(data.without_transpose())
                 return np.asarray(jnp.argmax(weighted_log_prob, axis=1))
-            rows = _parallel.map_rows(_leaf_log_predictive_rows, self._predictive_params(), data)
+            rows = data.map_rows(_leaf_log_predictive_rows, self._predictive_params())
             return np.argmax(rows, axis=1)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:

@@ -84,17 +84,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from bayesvmf import _data, _mixture, _parallel
+from bayesvmf import _mixture
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian._shared import (
     initial_kappa,
     kappa_moments_at,
-    map_row_blocks,
     mean_direction,
     predictive_log_density,
-    row_array,
     update_kappa_priors,
     vmf_from_natural,
 )
@@ -223,21 +221,21 @@ def lower_bound(tree: Tree, state: HState, stats: ZStats, shared_kappa: bool = F
 def e_step(data, tree: Tree, state: HState) -> ZStats:
     """Update q(z) (log lam_il of the module docstring); return its statistics.
 
-    ``data`` is plain data or one device's block of :class:`bayesvmf._parallel.RowBlocks`
+    ``data`` is plain data or one device's block of :class:`bayesvmf._blocks.RowBlocks`
     (inside ``shard_map``): padding rows then weigh 0 and the three sums are added over the
     devices (``psum``).
     """
     k = state.kappa
-    cos = _data.data_dot(_parallel.block_data(data), state.emu[tree.leaves].T)
+    cos = data.block.dot(state.emu[tree.leaves].T)
     log_pi = _eb.expected_log_pi(state.rho)
     wlp = log_pi + k.mean_log_c[tree.leaves] + k.mean_kappa[tree.leaves] * cos
     log_lam = wlp - logsumexp(wlp, axis=1, keepdims=True)
     lam = jnp.exp(log_lam)
-    weighted = lam * data.row_weight[:, None] if isinstance(data, _parallel.RowBlocks) else lam
-    resultant, resp_sum = _mixture.resultants(_parallel.block_data(data), weighted)
+    weighted = data.weigh_rows(lam)
+    resultant, resp_sum = _mixture.resultants(data.block, weighted)
     entropy = -jnp.sum(jnp.where(lam > 0, weighted * log_lam, 0.0))
     square = jnp.sum(weighted * lam, axis=0)
-    return ZStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy, square))
+    return ZStats(*data.sum_over_blocks(resp_sum, resultant, entropy, square))
 
 
 def m_part(
@@ -306,7 +304,7 @@ def vi_step(
         num_steps=num_steps,
         shared_kappa=shared_kappa,
     )
-    return _parallel.map_blocks(body, (rng_key, tree, state, stats), data)
+    return data.map(body, (rng_key, tree, state, stats))
 
 
 def _vi_step_body(args, data, **static):
@@ -329,7 +327,7 @@ def _leaf_log_predictive(data, psi, gamma, mean_log_kappa, var_log_kappa, log_we
 def _leaf_log_predictive_rows(params, data):
     """Log E[pi_l] + log p(x_i | leaf l, q) of the rows of plain data or of one block."""
     psi, gamma, mean_log_kappa, var_log_kappa, log_weights = params
-    cos = _data.data_dot(data, psi.T)
+    cos = data.dot(psi.T)
     return predictive_log_density(data.shape[1], cos, gamma, mean_log_kappa, var_log_kappa) + (
         log_weights
     )
@@ -337,21 +335,21 @@ def _leaf_log_predictive_rows(params, data):
 
 @functools.partial(jax.jit, static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)
 def _crisp_blocks(data, labels, n_components):
-    """(N_l, r_l) of a crisp assignment of row blocks (labels laid out by row_array)."""
+    """(N_l, r_l) of a crisp assignment of row blocks (labels laid out by ``data.row_array``)."""
     count_trace("hierarchical.crisp")
 
     def body(_, data, labels):
-        resp = jax.nn.one_hot(labels, n_components, dtype=jnp.float64) * data.row_weight[:, None]
-        resultant, resp_sum = _mixture.resultants(data.data, resp)
-        return _parallel.sum_over_blocks(data, resp_sum, resultant)
+        resp = data.weigh_rows(jax.nn.one_hot(labels, n_components, dtype=jnp.float64))
+        resultant, resp_sum = _mixture.resultants(data.block, resp)
+        return data.sum_over_blocks(resp_sum, resultant)
 
-    return map_row_blocks(body, jnp.zeros(()), data, labels)
+    return data.map(body, jnp.zeros(()), labels)
 
 
 def _crisp(data, labels, n_components) -> ZStats:
     """q(z) statistics of a crisp assignment (entropy 0); ``labels`` a host array (n,)."""
-    if isinstance(data, _parallel.RowBlocks):
-        resp_sum, resultant = _crisp_blocks(data, row_array(labels, data), int(n_components))
+    if data.is_sharded:
+        resp_sum, resultant = _crisp_blocks(data, data.row_array(labels), int(n_components))
         return ZStats(resp_sum, resultant, jnp.float64(0.0), resp_sum)
     resp = jax.nn.one_hot(jnp.asarray(labels), n_components, dtype=jnp.float64)
     resultant, resp_sum = _mixture.resultants(data, resp)

@@ -21,12 +21,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import multihost_utils
 from jax.scipy.special import logsumexp
-from jax.sharding import PartitionSpec as P
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _arviz, _data, _guards, _mixture, _parallel, special
+from bayesvmf import _arviz, _blocks, _guards, _mixture, special
 from bayesvmf._base import RANDOM_STATE, check_count, make_key
 from bayesvmf._mixture import count_trace
 from bayesvmf.exceptions import ConvergenceWarning
@@ -118,75 +116,8 @@ def predictive_log_density(d: int, cos, gamma, mean_log_kappa, var_log_kappa):
 
 
 # --------------------------------------------------------------------------------------------
-# Rows over devices (devices=): statistics of row blocks, per-row arrays laid out alike
+# Rows over devices (devices=): statistics of row blocks
 # --------------------------------------------------------------------------------------------
-
-
-def is_sharded(data) -> bool:
-    """Return whether ``data`` is row blocks on a mesh of devices (outside ``shard_map``)."""
-    return (
-        isinstance(data, _parallel.RowBlocks) and data.mesh is not None and data.axis_name is None
-    )
-
-
-def map_row_blocks(fn, replicated, data, *rows, per_row: bool = False):
-    """:func:`bayesvmf._parallel.map_blocks` with per-row arrays sharded along with the rows.
-
-    Calls ``fn(replicated, data, *rows)``: on row blocks on a mesh, once per device under
-    ``shard_map`` with the view of that device's block and its slice of every array of
-    ``rows`` (laid out by :func:`row_array`); otherwise directly. The outputs are the same
-    on every device (statistics that ``fn`` sums with ``psum``) or, with ``per_row``, one
-    leading entry per row of the block (rows in global order, padding rows included).
-    """
-    if not is_sharded(data):
-        return fn(replicated, data, *rows)
-    n_samples = data.n_samples
-
-    def local(replicated, block, weight, *rows):
-        view = _parallel.RowBlocks(block, weight, n_samples, None, _parallel.AXIS)
-        return fn(replicated, view, *rows)
-
-    return jax.shard_map(
-        local,
-        mesh=data.mesh,
-        in_specs=(P(), P(_parallel.AXIS), P(_parallel.AXIS)) + (P(_parallel.AXIS),) * len(rows),
-        out_specs=P(_parallel.AXIS) if per_row else P(),
-        # the host callback of the "scipy" kernel carries no replication type
-        check_vma=False,
-    )(replicated, data.data, data.row_weight, *rows)
-
-
-def row_array(values, data) -> jax.Array:
-    """Return per-row host ``values`` (n, ...) as a device array laid out like ``data``'s rows.
-
-    For row blocks: padded with zeros to the blocks' rows (the padding rows weigh 0) and
-    sharded over their mesh like the rows; for plain data: the array as it is.
-    """
-    values = np.asarray(values)
-    if not isinstance(data, _parallel.RowBlocks):
-        return jnp.asarray(values)
-    padded = np.zeros((data.row_weight.shape[0], *values.shape[1:]), values.dtype)
-    padded[: values.shape[0]] = values
-    return _parallel.place({"rows": padded}, data.mesh)["rows"]
-
-
-def host_rows(values, data) -> np.ndarray:
-    """Return per-row output of :func:`map_row_blocks` (``per_row``) as a host (n, ...) array."""
-    if is_sharded(data):
-        # every process gets every row (several hosts: shards of other processes too)
-        values = multihost_utils.process_allgather(values, tiled=True)
-    return np.asarray(values)[: data.shape[0]]
-
-
-def fit_data(Xc, devices: list | None, transposed: bool = True):
-    """Return checked data on the device: plain, or one row block per device.
-
-    ``transposed``: dense plain data also keep a copy of X.T for the second product
-    (:func:`bayesvmf._data.to_device`).
-    """
-    if devices is None:
-        return _data.to_device(Xc, transposed=transposed)
-    return _parallel.row_blocks(Xc, jnp.float64, devices=devices)
 
 
 @functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
@@ -195,10 +126,9 @@ def _row_sum_blocks(data):
     count_trace("hierarchical.row_sum")
 
     def body(_, data):
-        total = _data.data_tdot(data.data, data.row_weight[:, None])[:, 0]
-        return _parallel.sum_over_blocks(data, total)[0]
+        return data.tdot(data.row_weight[:, None])[:, 0]
 
-    return _parallel.map_blocks(body, jnp.zeros(()), data)
+    return data.map(body, jnp.zeros(()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,7 +174,7 @@ SHARED_CONSTRAINTS: dict[str, Any] = {
     "normalize": ["boolean"],
     "random_state": RANDOM_STATE,
     "verbose": ["verbose"],
-    "devices": _parallel.DevicesOption(),
+    "devices": _blocks.DevicesOption(),
 }
 
 
@@ -263,10 +193,10 @@ def resolve_mu0(mu0, mean_direction_of_data, n_features, name="mu0"):
 
 def data_mean_direction(data) -> np.ndarray:
     """Return the direction of sum_i x_i (the first basis vector if it is zero)."""
-    if isinstance(data, _parallel.RowBlocks):
+    if data.is_sharded:
         total = np.asarray(_row_sum_blocks(data))
     else:
-        total = np.asarray(_data.data_tdot(data, jnp.ones((data.shape[0], 1)))[:, 0])
+        total = np.asarray(data.tdot(jnp.ones((data.shape[0], 1)))[:, 0])
     norm = np.linalg.norm(total)
     if norm == 0:
         total, norm = np.eye(data.shape[1])[0], 1.0

@@ -19,7 +19,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _data, _guards, _mixture, _parallel, _seeding, special
+from bayesvmf import _blocks, _guards, _mixture, _seeding, special
 from bayesvmf._base import make_key
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as _s
@@ -342,31 +342,31 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         -------
         ndarray of shape (n_samples,)
         """
-        data, t, devices = self._fit_rows(X, y, times)
+        data, t = self._fit_rows(X, y, times)
         with jax.enable_x64(True):
-            if devices is None:
-                weighted = self._weighted(_data.without_transpose(data), t)
+            if not data.is_sharded:
+                weighted = self._weighted(data.without_transpose(), t)
                 return np.asarray(jnp.argmax(weighted, axis=1))
-            wlp = _log_predictive_blocks(data, _s.row_array(t, data), self._predictive_params())
-            return np.argmax(_s.host_rows(wlp, data), axis=1)
+            wlp = _log_predictive_blocks(data, data.row_array(t), self._predictive_params())
+            return np.argmax(data.host_rows(wlp), axis=1)
 
     def _fit_rows(self, X, y, times):
-        """Validate, then fit; return the device data, the checked times and the devices."""
+        """Validate, then fit; return the device data and the checked times."""
         t = _time_index(type(self).__name__, y, times)
         self._validate_params()
-        devices = _parallel.resolve_devices(self.devices)  # before the fitted model changes
+        _blocks.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
         t = self._fit_times_of(t, Xc.shape[0])
         with jax.enable_x64(True):
-            data = _s.fit_data(Xc, devices)
+            data = _blocks.device_data(Xc, devices=self.devices, transposed=True)
             self._fit_times(data, t, make_key(self.random_state))
-        return data, t, devices
+        return data, t
 
     def _fit_times(self, data, times, rng_key) -> None:
         n, d = data.shape
         K = int(self.n_components)
         n_times = int(times.max()) + 1
-        t_dev = _s.row_array(times, data)  # sharded with the rows over devices
+        t_dev = data.row_array(times)  # sharded with the rows over devices
         mu0 = _s.resolve_mu0(self.mu0, _s.data_mean_direction(data), d)
         static = dict(
             scheme=self.kappa_update,

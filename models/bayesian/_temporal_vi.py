@@ -122,7 +122,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from bayesvmf import _data, _mixture, _parallel, special
+from bayesvmf import _mixture, _parallel, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
@@ -364,7 +364,7 @@ def _time_onehot(times, n_times):
 def _row_cosines(data, times, M):
     """x_i . M[t_i, k] for M of shape (T, K, d): one product X @ M^T over all T K columns."""
     n_times, n_comp, d = M.shape
-    cos = _data.data_dot(data, M.reshape(n_times * n_comp, d).T)
+    cos = data.dot(M.reshape(n_times * n_comp, d).T)
     cos = cos.reshape(-1, n_times, n_comp)
     return jnp.take_along_axis(cos, times[:, None, None], axis=1)[:, 0, :]
 
@@ -372,29 +372,29 @@ def _row_cosines(data, times, M):
 def _statistics(data, times, lam, n_times: int, log_lam=None) -> TStats:
     """N_tk, r_tk and H[q(z)] (0 without ``log_lam``: a crisp q(z)) of the rows' lam (n, K).
 
-    ``data`` is plain data or one device's block of :class:`bayesvmf._parallel.RowBlocks`
+    ``data`` is plain data or one device's block of :class:`bayesvmf._blocks.RowBlocks`
     (inside ``shard_map``, ``times`` its slice): padding rows weigh 0, so they touch no
     time step's statistics, and the sums are added over the devices (``psum``).
     """
     n_comp = lam.shape[1]
-    weighted = lam * data.row_weight[:, None] if isinstance(data, _parallel.RowBlocks) else lam
-    rows = _parallel.block_data(data)
+    weighted = data.weigh_rows(lam)
+    rows = data.block
     onehot = _time_onehot(times, n_times)
     spread = (onehot[:, :, None] * weighted[:, None, :]).reshape(-1, n_times * n_comp)
-    resultant = _data.data_tdot(rows, spread).T.reshape(n_times, n_comp, rows.shape[1])
+    resultant = rows.tdot(spread).T.reshape(n_times, n_comp, rows.shape[1])
     resp_sum = onehot.T @ weighted
     if log_lam is None:
         entropy = jnp.zeros((), jnp.float64)
     else:
         entropy = -jnp.sum(jnp.where(lam > 0, weighted * log_lam, 0.0))
     square = jnp.sum(weighted * lam, axis=0)
-    return TStats(*_parallel.sum_over_blocks(data, resp_sum, resultant, entropy, square))
+    return TStats(*data.sum_over_blocks(resp_sum, resultant, entropy, square))
 
 
 def e_step(data, times, state: TState) -> TStats:
     """Update q(z); return its statistics (plain data or a block, :func:`_statistics`)."""
     k = state.kappa
-    cos = _row_cosines(_parallel.block_data(data), times, state.emu)
+    cos = _row_cosines(data.block, times, state.emu)
     wlp = _eb.expected_log_pi(state.rho) + k.mean_log_c + k.mean_kappa * cos
     log_lam = wlp - logsumexp(wlp, axis=1, keepdims=True)
     return _statistics(data, times, jnp.exp(log_lam), state.psi.shape[0], log_lam)
@@ -455,7 +455,7 @@ def vi_step(
     """One VI iteration (as in H-vMFmix: the q(z) update closes it).
 
     With row blocks on a mesh of devices (``devices=``; ``times`` laid out like the rows by
-    :func:`._shared.row_array`) the step runs under ``shard_map``: every device
+    ``data.row_array``) the step runs under ``shard_map``: every device
     updates q(z) of its rows, the statistics are added with ``psum``, the rest runs
     replicated.
     """
@@ -469,7 +469,7 @@ def vi_step(
         c0_update=c0_update,
         shared_kappa=shared_kappa,
     )
-    return _s.map_row_blocks(body, (rng_key, state, stats), data, times)
+    return data.map(body, (rng_key, state, stats), times)
 
 
 def _vi_step_body(args, data, times, **static):
@@ -512,11 +512,11 @@ def _initial_statistics(
     def body(args, data, times):
         rng_key, kmeans_iter = args
         mu = _parallel.initial_directions(rng_key, data, n_components, init, kmeans_iter, sample)
-        labels = jnp.argmax(_data.data_dot(_parallel.block_data(data), mu.T), axis=1)
+        labels = jnp.argmax(data.block.dot(mu.T), axis=1)
         lam = jax.nn.one_hot(labels, n_components, dtype=jnp.float64)
         return _statistics(data, times, lam, n_times)
 
-    return _s.map_row_blocks(body, (rng_key, kmeans_iter), data, times)
+    return data.map(body, (rng_key, kmeans_iter), times)
 
 
 def forecast_concentration(d: int, gamma, C0, horizon):
@@ -556,6 +556,6 @@ def _log_predictive_blocks(data, times, params):
     """:func:`_log_predictive` of the rows of row blocks, each device its rows (padded)."""
 
     def body(params, data, times):
-        return _log_predictive(data.data, times, *params)
+        return _log_predictive(data.block, times, *params)
 
-    return _s.map_row_blocks(body, params, data, times, per_row=True)
+    return data.map(body, params, times, per_row=True)

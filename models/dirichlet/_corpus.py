@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf import _parallel
-from bayesvmf._parallel import bucket_size
+from bayesvmf import _blocks
+from bayesvmf._blocks import bucket_size
 from bayesvmf.data import check_directional
 
 
@@ -131,7 +131,7 @@ def _data_tdot(R, X):
 def padded_corpus(X, w, offsets, dtype=jnp.float64) -> tuple[Corpus, int]:
     """Build a device :class:`Corpus` padded to bucket sizes (a streaming chunk).
 
-    The N rows and M documents are rounded up to :func:`bayesvmf._parallel.bucket_size`
+    The N rows and M documents are rounded up to :func:`bayesvmf._blocks.bucket_size`
     (at most 41% padding), so chunks of similar size share one compiled SVI step. Padding
     rows are zero vectors of weight 0 appended to the last document, padding documents are
     empty: neither changes a statistic nor a real document's bound (weight-0 rows enter every
@@ -201,7 +201,7 @@ def shard_documents(
     devices : list of jax devices
     dtype : dtype of the stored vectors
     bucket : bool, default False
-        Round R and D up to :func:`bayesvmf._parallel.bucket_size` (streaming chunks), so
+        Round R and D up to :func:`bayesvmf._blocks.bucket_size` (streaming chunks), so
         that chunks of similar size share compiled programs.
 
     Returns
@@ -245,10 +245,10 @@ def shard_documents(
                 w[r0:r1], offsets[first:last] - r0
             )
         doc_index[first:last] = g * docs + np.arange(last - first)
-    mesh = _parallel.make_mesh(devices)
+    mesh = _blocks.make_mesh(devices)
     arrays = {"X": X_pad, "w": w_pad, "doc": doc_pad, "doc_weight": doc_weight}
     arrays["row_id"], arrays["doc_counts"] = row_id, np.diff(bounds).astype(np.int32)
-    placed = _parallel.place(arrays, mesh)
+    placed = _blocks.place(arrays, mesh)
     corpus = Corpus(placed["X"], placed["w"], placed["doc"], placed["doc_weight"])
     return ShardedCorpus(
         corpus, mesh, placed["row_id"], int(n_rows), doc_index, placed["doc_counts"]

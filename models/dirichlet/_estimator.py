@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _arviz, _guards, _mixture, _parallel
+from bayesvmf import _arviz, _blocks, _guards, _mixture
 from bayesvmf._base import RANDOM_STATE, STREAM_CONSTRAINTS, BaseVMFEstimator, StreamingMixin
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.dirichlet import _degeneracy
@@ -217,7 +217,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         **STREAM_CONSTRAINTS,
         "dtype": [StrOptions({"float64", "mixed"})],
         "shared_kappa": ["boolean"],
-        "devices": _parallel.DevicesOption(),
+        "devices": _blocks.DevicesOption(),
     }
     _fitted_check = ("mean_directions_",)
     #: the stream of partial_fit (StreamingMixin): its statistics have n_topics rows; its
@@ -349,7 +349,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
             raise ValueError(
                 f"kappa_prior must be two positive numbers (shape, rate), got {prior!r}"
             )
-        _parallel.resolve_devices(self.devices)  # before anything of the fitted model changes
+        _blocks.resolve_devices(self.devices)  # before anything of the fitted model changes
         if self.devices is not None and self.inference != "vem":
             raise ValueError(
                 f"devices={self.devices!r} shards variational EM; the collapsed Gibbs sampler "
@@ -462,7 +462,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
             X, w, offsets = self._corpus(docs, weights, fitted=True)
         n_chunk = len(offsets) - 1
         step = self._stream_step(first, n_chunk, n_sets)
-        devices = _parallel.resolve_devices(self.devices)
+        devices = _blocks.resolve_devices(self.devices)
         with jax.enable_x64(True):
             shared = bool(self.shared_kappa)
             if devices is None:
@@ -506,7 +506,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         return self
 
     def _fit_vem(self, key, X, w, offsets) -> None:
-        devices = _parallel.resolve_devices(self.devices)
+        devices = _blocks.resolve_devices(self.devices)
         hyper = VEMHyper(jnp.float64(self.alpha), jnp.float64(self.kappa_max))
         shared = bool(self.shared_kappa)
         if devices is None:

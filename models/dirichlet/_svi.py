@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from bayesvmf import _parallel, special
+from bayesvmf import _blocks, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus, _data_tdot
 from bayesvmf.models.dirichlet._vem import _local_step, _m_step
@@ -105,7 +105,7 @@ def svi_step(
         corpus, mu, kappa, log_c, alpha, SVI_LOCAL_MAX_ITER, SVI_LOCAL_TOL
     )
     real = jnp.arange(phi.shape[0]) < jnp.reshape(n_docs, ())
-    resp_sum, resultant, bound = _parallel.sum_over_axis(
+    resp_sum, resultant, bound = _blocks.sum_over_axis(
         axis_name,
         weighted.sum(axis=0),
         _data_tdot(weighted, corpus.X),
@@ -132,9 +132,9 @@ def _sharded_svi_step(mesh, shared_kappa: bool = False):
     One jitted program per mesh (and bucketed chunk shape); ``n_docs`` holds each device's
     count of real documents.
     """
-    rows = P(_parallel.AXIS)
+    rows = P(_blocks.AXIS)
     step = jax.shard_map(
-        functools.partial(svi_step, axis_name=_parallel.AXIS, shared_kappa=shared_kappa),
+        functools.partial(svi_step, axis_name=_blocks.AXIS, shared_kappa=shared_kappa),
         mesh=mesh,
         in_specs=(P(), P(), P(), Corpus(*(rows,) * 4), rows, P(), P(), P(), P()),
         out_specs=(P(), P(), P(), P(), rows, P()),

@@ -19,7 +19,7 @@ from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
 from jax.sharding import PartitionSpec as P
 
-from bayesvmf import _mixture, _parallel, special
+from bayesvmf import _blocks, _mixture, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus, _data_dot, _data_tdot
 
@@ -190,7 +190,7 @@ def vem_step(
     info : VEMInfo
     """
     count_trace("dirichlet.vem_step")
-    total = functools.partial(_parallel.sum_over_axis, axis_name)
+    total = functools.partial(_blocks.sum_over_axis, axis_name)
 
     X, w, doc = corpus.X, corpus.weights, corpus.doc
     n_docs = state.phi.shape[0]
@@ -244,10 +244,10 @@ def _sharded_vem_step(mesh, shared_kappa: bool = False):
     The corpus and phi are split along their first axis (:func:`shard_documents`); mu,
     kappa and the diagnostics are replicated.
     """
-    state_spec = VEMState(P(), P(), P(_parallel.AXIS))
-    corpus_spec = Corpus(*(P(_parallel.AXIS),) * 4)
+    state_spec = VEMState(P(), P(), P(_blocks.AXIS))
+    corpus_spec = Corpus(*(P(_blocks.AXIS),) * 4)
     step = jax.shard_map(
-        functools.partial(vem_step, axis_name=_parallel.AXIS, shared_kappa=shared_kappa),
+        functools.partial(vem_step, axis_name=_blocks.AXIS, shared_kappa=shared_kappa),
         mesh=mesh,
         in_specs=(state_spec, corpus_spec, P()),
         out_specs=(state_spec, VEMInfo(P(), P(), P(), P())),

@@ -223,7 +223,7 @@ def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, share
     ----------
     state : EMState
         Batch of B runs.
-    data : DenseData, SparseData or bayesvmf._parallel.RowBlocks
+    data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
         Row blocks on a mesh of devices run the data pass on every device's rows and add
         the statistics over devices (``psum``); the M-step runs replicated.
     beta, kappa_max, tol, rtol : float64 scalars
@@ -239,10 +239,9 @@ def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, share
     _mixture.count_trace("sparse.em_step")
     # sharded data (RowBlocks on a mesh): the body runs on every device's block of rows,
     # the E-step statistics are summed over devices (psum), the M-step runs replicated
-    return _parallel.map_blocks(
+    return data.map(
         functools.partial(_em_step_body, shared_kappa=shared_kappa),
         (state, beta, kappa_max, tol, rtol, max_iter),
-        data,
     )
 
 
@@ -263,7 +262,7 @@ def settled(bound, previous, tol, rtol, uniform):
 
 
 def _em_step_body(args, data, *, shared_kappa: bool):
-    """Body of :func:`em_step` on plain data or on one block of rows (see map_blocks)."""
+    """Body of :func:`em_step` on plain data or on one block of rows (see ``data.map``)."""
     state, beta, kappa_max, tol, rtol, max_iter = args
     n_samples, n_features = data.shape
 
@@ -324,7 +323,7 @@ def _seed_batch(keys, data, n_components, init, hard_iter, refined, sample=None)
 
         return jax.vmap(one)(keys)
 
-    return _parallel.map_blocks(batch, (keys, hard_iter), data)
+    return data.map(batch, (keys, hard_iter))
 
 
 @persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
@@ -337,7 +336,7 @@ def _refine_batch(mu, data, hard_iter):
 
         return jax.vmap(lambda mu: _parallel.refine(data, mu, hard_iter))(mu)
 
-    return _parallel.map_blocks(batch, (mu, hard_iter), data)
+    return data.map(batch, (mu, hard_iter))
 
 
 @persistent_jit(static_argnames=("shared_kappa", "refined"), compiler_options=_mixture.JIT_OPTIONS)
@@ -360,7 +359,7 @@ def _init_batch(mu, data, kappa_max, shared_kappa, refined):
         return jax.vmap(one)(mu)
 
     # sharded data: crisp statistics from every device's rows (see em_step)
-    return _parallel.map_blocks(batch, (mu, kappa_max), data)
+    return data.map(batch, (mu, kappa_max))
 
 
 def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa_max, hard_iter=0):
@@ -572,7 +571,7 @@ def run_em(
 
 def _pass_work(data, n_components: int) -> int:
     """Multiply-adds of one run's data pass: the two products, 2 K (nnz or n d)."""
-    inner = data.data if isinstance(data, _parallel.RowBlocks) else data
+    inner = data.block
     if isinstance(inner, _data.SparseData):
         entries = inner.nnz
     else:

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
-from bayesvmf import _arviz, _data, _guards, _mixture, _parallel, _seeding, criteria
+from bayesvmf import _arviz, _blocks, _guards, _mixture, _parallel, _seeding, criteria
 from bayesvmf._base import STREAM_CONSTRAINTS, StreamingMixin
 from bayesvmf._mixture import Status
 from bayesvmf.models.sparse import _em
@@ -210,7 +210,7 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         "dtype": [StrOptions({"float64", "mixed"})],
         "rtol": [Interval(numbers.Real, 0.0, None, closed="left")],
         "kmeans_iter": [Interval(numbers.Integral, 0, None, closed="left")],
-        "devices": _parallel.DevicesOption(),
+        "devices": _blocks.DevicesOption(),
         **STREAM_CONSTRAINTS,
     }
     #: what the running statistics of partial_fit are shaped by (StreamingMixin)
@@ -308,22 +308,21 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
                 progress.close()
         self._set_from_batch(state, data, with_labels=with_labels)
 
-    def _blocks(self, Xc, bucket: bool = False) -> _parallel.RowBlocks:
+    def _row_blocks(self, Xc, bucket: bool = False) -> _blocks.RowBlocks:
         """Return checked data as row blocks: one per device of ``devices``, padded."""
         if not isinstance(self.init, str):
             raise ValueError(
                 "init as an array of labels cannot be combined with devices= or partial_fit; "
                 "use init='random', 'spherical-kmeans++' or 'greedy-spherical-kmeans++' there."
             )
-        devices = _parallel.resolve_devices(self.devices)
-        return _parallel.row_blocks(Xc, self._product_dtype(), devices=devices, bucket=bucket)
+        return _blocks.device_data(Xc, self._product_dtype(), devices=self.devices, bucket=bucket)
 
     def _training_data(self, Xc):
         """Return the training data: on the default device, or sharded with ``devices``."""
         self._stream_forget()  # a batch fit forgets any earlier partial_fit stream
         if self.devices is None:
-            return _data.to_device(Xc, self._product_dtype(), transposed=True)
-        return self._blocks(Xc)
+            return _blocks.device_data(Xc, self._product_dtype(), transposed=True)
+        return self._row_blocks(Xc)
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the component of each training row (on the devices of the fit)."""
@@ -334,8 +333,9 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
 
     def _training_weighted_log_prob(self, data) -> np.ndarray:
         """Return log alpha_k + log f_k(x_i) of the training rows at the kept run."""
-        if not isinstance(data, _parallel.RowBlocks):
-            return np.asarray(self._estimate_weighted_log_prob(_data.without_transpose(data)))
+        if not data.is_sharded:
+            # one device: the program prediction compiles, at the fitted attributes
+            return np.asarray(self._estimate_weighted_log_prob(data.without_transpose()))
         run = self._best_state
         return _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
 
@@ -389,7 +389,7 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
             self.__dict__.pop("labels_", None)
         step = self._stream_step(first, Xc.shape[0], n_samples)
         with jax.enable_x64(True):
-            data = self._blocks(Xc, bucket=True)
+            data = self._row_blocks(Xc, bucket=True)
             if first:
                 # the chunk's rows stand for n_total rows: scale the penalty accordingly
                 chunk_beta = self.beta * Xc.shape[0] / step.n_total
@@ -469,9 +469,7 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         state = _em.EMState(*(np.asarray(a) for a in state))
         statuses, bound = state.status, state.bound
         n_runs = len(statuses)
-        n_rows = data.shape[0] if data is not None else None
-        if isinstance(data, _parallel.RowBlocks):
-            n_rows = data.n_samples
+        n_rows = data.n_samples if data is not None else None
 
         def diagnosis(i, effective_rows=None):
             weights = np.exp(state.log_weights[i])
@@ -617,7 +615,7 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         records: list[dict[str, Any]] = []
         stop_reason = "max_steps"
         with jax.enable_x64(True):
-            data = _data.to_device(Xc, dense._product_dtype(), transposed=True)
+            data = _blocks.device_data(Xc, dense._product_dtype(), transposed=True)
             del Xc  # the device copy serves the whole path
             n, d = data.shape
             dense._fit(data, self._make_key())

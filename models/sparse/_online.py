@@ -74,7 +74,7 @@ def online_em_step(
     stats : OnlineStats
     log_weights, mu, kappa : jax.Array of shapes (K,), (K, d), (K,)
         Current parameters (one run, no batch axis).
-    data : bayesvmf._parallel.RowBlocks
+    data : bayesvmf._blocks.RowBlocks
         The chunk (padded; sharded over devices or not).
     step_size, n_samples, beta, kappa_max : float64 scalars
         rho_t, the number of rows the penalty is weighed against, the penalty, the cap.
@@ -92,9 +92,7 @@ def online_em_step(
     """
     _mixture.count_trace("sparse.online_em_step")
     args = (stats, log_weights, mu, kappa, step_size, n_samples, beta, kappa_max)
-    return _parallel.map_blocks(
-        functools.partial(_online_body, shared_kappa=shared_kappa), args, data
-    )
+    return data.map(functools.partial(_online_body, shared_kappa=shared_kappa), args)
 
 
 def _online_body(args, data, *, shared_kappa: bool):
