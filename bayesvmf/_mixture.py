@@ -428,7 +428,7 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
     def _training_labels(self, data) -> np.ndarray:
         """Return the component of each training row at the fitted parameters."""
         weighted_log_prob = self._estimate_weighted_log_prob(data.without_transpose())
-        return np.asarray(jnp.argmax(weighted_log_prob, axis=1))
+        return np.argmax(np.asarray(weighted_log_prob), axis=1)
 
     # ---- prediction -------------------------------------------------------------------------
 

@@ -261,7 +261,10 @@ def persistent_jit(
             {_type_name(t) for t in _node_types(exported.in_tree) + _node_types(exported.out_tree)}
         )
         _write(path, json.dumps({"format": _FORMAT, "types": types}).encode() + b"\n" + blob)
-        return exported
+        # run what later processes will read: a program read back lowers to other text than
+        # the one just traced (its locations), and XLA's cache keys the text, so calling the
+        # traced one would leave the next process a compilation to do
+        return jax.export.deserialize(bytearray(blob))
 
     call.jitted = jitted
     return call

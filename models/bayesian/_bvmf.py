@@ -19,6 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _blocks, _guards, _mixture, _seeding, special
 from bayesvmf._base import RANDOM_STATE, STREAM_CONSTRAINTS, StreamingMixin
+from bayesvmf._program_cache import persistent_jit
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian import _bvmf_stream, _kappa
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
@@ -427,17 +428,16 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
             one = _label_statistics(jnp.asarray(labels[0]), data, k)
             resultant, resp_sum = (jnp.broadcast_to(a, (batch, *a.shape)) for a in one)
         # the sum of the rows is the sum of the resultants of a crisp assignment
-        mu0 = self._resolve_mu0(d, np.asarray(resultant[0]).sum(axis=0))
+        mu0 = self._resolve_mu0(d, np.asarray(resultant)[0].sum(axis=0))
         if self.m is None:
-            rbar = float(jnp.sum(jnp.linalg.norm(resultant[0], axis=-1))) / n
-            kappa, _ = _mixture.solve_kappa(d, rbar, _eb.C0_MAX)
+            kappa = _pooled_kappa(resultant, np.float64(n), d=d)
             m = float(np.log(max(float(kappa), 1e-3)))
         else:
             m = float(self.m)
         # float64, not weakly typed: the priors updated by empirical Bayes must keep the
         # types of the first call, or the step would be traced twice
         values = (self.alpha, mu0, self.C0, m, self.s2)
-        priors = Priors(*(jnp.asarray(v, jnp.float64) for v in values))
+        priors = Priors(*(np.asarray(v, np.float64) for v in values))
         return priors, labels, (resultant, resp_sum)
 
     # ---- fitting ----------------------------------------------------------------------------
@@ -462,7 +462,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         key_mh, key_draws = jax.random.split(rng_key)
         keys = jax.random.split(key_mh, batch)
         batch_priors = jax.tree_util.tree_map(
-            lambda a: jnp.broadcast_to(a, (batch, *jnp.shape(a))), priors
+            lambda a: np.broadcast_to(np.asarray(a), (batch, *np.shape(a))), priors
         )
         shared = bool(self.shared_kappa)
         state = _init_state(resultant, resp_sum, keys, batch_priors, self.kappa_update, shared)
@@ -615,22 +615,10 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
             for c, k, e in zip(counts, kappa, effective, strict=True)
         ]
         best = _guards.select_run(bounds, diagnoses, float(self.tol))
-        run = jax.tree_util.tree_map(lambda a: a[best], state)
+        run, natural, dot = _kept_run(state, np.int64(best), d=data.shape[1])
         n_iter = int(run.n_iter)
-        post, stats = run.post, run.stats
-        d = data.shape[1]
-        dot = special.mean_resultant_length(d, post.gamma) * jnp.sum(
-            post.psi * stats.resultant, axis=-1
-        )
         # the global natural parameters of this fit: partial_fit continues from them
-        online = StreamState(
-            stats.resp_sum,
-            post.kappa.mean_kappa[:, None] * stats.resultant,
-            dot,
-            post,
-            run.priors,
-            run.key,
-        )
+        online = StreamState(run.stats.resp_sum, natural, dot, run.post, run.priors, run.key)
         self._stream_commit(online, int(data.shape[0]))
         self._set_posterior(online, run.accept_rate, rng_key)
         self.lower_bounds_ = np.array([h[best] for h in history[:n_iter]], dtype=np.float64)
@@ -703,7 +691,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
             "concentrations_",
             "kappa_mean_log_c_",
         )
-        return tuple(jnp.asarray(getattr(self, name)) for name in names)
+        return tuple(np.asarray(getattr(self, name)) for name in names)
 
     def score_samples(self, X) -> np.ndarray:
         r"""Return the held-out log posterior predictive density of each row.
@@ -775,3 +763,30 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
 
             return _gibbs.gibbs_to_arviz(self)
         return vi_to_arviz(self, num_draws, random_state)
+
+
+@persistent_jit(static_argnames="d")
+def _pooled_kappa(resultant, n_rows, *, d: int):
+    """Return the concentration of run 0's crisp statistics (the prior's location on log kappa).
+
+    ``sum_k |r_k| / n`` solved for kappa (eq. (21) with one kappa), capped at the empirical
+    Bayes bound ``C0_MAX``; one program (op by op, each operation would be a program of its
+    own in every new process).
+    """
+    rbar = jnp.sum(jnp.linalg.norm(resultant[0], axis=-1)) / n_rows
+    return _mixture.solve_kappa(d, rbar, _eb.C0_MAX)[0]
+
+
+@persistent_jit(static_argnames="d")
+def _kept_run(state, best, *, d: int):
+    """Return the kept restart of a VI batch and its global natural parameters (one program).
+
+    Returns the run, E[kappa_k] r_k and delta_k = A_d(gamma_k) psi_k . r_k, what
+    ``partial_fit`` continues from.
+    """
+    run = jax.tree_util.tree_map(lambda a: a[best], state)
+    post, stats = run.post, run.stats
+    dot = special.mean_resultant_length(d, post.gamma) * jnp.sum(
+        post.psi * stats.resultant, axis=-1
+    )
+    return run, post.kappa.mean_kappa[:, None] * stats.resultant, dot

@@ -140,6 +140,7 @@ import jax.numpy as jnp
 
 from bayesvmf import _mcmc, _mixture, special
 from bayesvmf._mixture import count_trace
+from bayesvmf._program_cache import persistent_jit
 
 __all__ = [
     "SCHEMES",
@@ -330,10 +331,7 @@ def _mh_chains(rng_key, state, weight, dot, m, s2, d, num_samples, num_warmup, s
     return draws[kept], log_c[kept], accept_rate
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("d", "num_samples", "num_warmup"),
-)
+@persistent_jit(static_argnames=("d", "num_samples", "num_warmup"))
 def kappa_sampling_draws(
     rng_key,
     state,
