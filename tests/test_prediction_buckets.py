@@ -36,7 +36,7 @@ def test_sizes_of_one_bucket_share_a_program_and_equal_the_unpadded_rows(fitted,
             wlp = np.asarray(
                 _mixture._weighted_log_prob(
                     _data.to_device(X[:n]),
-                    jnp.log(jnp.asarray(model.weights_)),
+                    jnp.asarray(model.weights_),  # the program takes the log itself
                     jnp.asarray(model.mean_directions_),
                     jnp.asarray(model.concentrations_),
                 )
