@@ -67,6 +67,9 @@ _FORMAT = 1
 #: key -> the callable of an exported program, or None: the plain jit (export failed).
 _LOADED: dict[str, Callable | None] = {}
 
+#: (function, static arguments, argument tree and shapes, x64) -> file key, in this process.
+_KEYS: dict[tuple, str] = {}
+
 #: Pytree node types registered for serialisation in this process.
 _REGISTERED: set[type] = set()
 
@@ -206,7 +209,21 @@ def persistent_jit(
         static_key = sorted((k, _static_repr(v)) for k, v in static.items())
         if any(s is None for s in shapes) or any(r is None for _, r in static_key):
             return jitted(*args, **kwargs)
-        key = hashlib.sha256(
+        # the file key (a hash over texts) once per call signature: EM calls its step every
+        # iteration with the same one
+        signature_key = (name, tuple(static_key), treedef, tuple(shapes), jax.config.jax_enable_x64)
+        key = _KEYS.get(signature_key)
+        if key is None:
+            key = _KEYS[signature_key] = _file_key(static_key, treedef, shapes)
+        if key not in _LOADED:
+            _LOADED[key] = _load_or_export(fun, static, dynamic, treedef, folder / PROGRAMS, key)
+        program = _LOADED[key]
+        if program is None:
+            return jitted(*args, **kwargs)
+        return program(dynamic)
+
+    def _file_key(static_key, treedef, shapes):
+        return hashlib.sha256(
             repr(
                 (
                     name,
@@ -223,12 +240,6 @@ def persistent_jit(
                 )
             ).encode()
         ).hexdigest()
-        if key not in _LOADED:
-            _LOADED[key] = _load_or_export(fun, static, dynamic, treedef, folder / PROGRAMS, key)
-        program = _LOADED[key]
-        if program is None:
-            return jitted(*args, **kwargs)
-        return program(dynamic)
 
     def _load_or_export(fun, static, dynamic, treedef, folder, key):
         path = folder / f"{key}.jaxexport"

@@ -57,14 +57,16 @@ def _files(folder):
 
 
 def _forget():
-    """Forget the programs of this process (as a new process would start)."""
+    """Forget the programs and keys of this process (as a new process would start)."""
     _program_cache._LOADED.clear()
+    _program_cache._KEYS.clear()
 
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     monkeypatch.delenv(ENV_DISABLE, raising=False)  # the suite turns the cache off
     monkeypatch.setattr(_program_cache, "_LOADED", {})
+    monkeypatch.setattr(_program_cache, "_KEYS", {})
     TRACES.clear()
 
 
