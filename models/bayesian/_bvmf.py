@@ -25,8 +25,10 @@ from bayesvmf.models.bayesian import _bvmf_stream, _kappa
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian._bvmf_posterior import kappa_draws, vi_to_arviz
 from bayesvmf.models.bayesian._bvmf_vi import (
+    FitKeys,
     StreamState,
     VIState,
+    _fit_keys,
     _init_labels,
     _init_state,
     _label_statistics,
@@ -395,34 +397,31 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         """``kmeans_iter`` as a traced int64, or None for none (the program without passes)."""
         return np.int64(self.kmeans_iter) if self.kmeans_iter > 0 else None
 
-    def _resolve(self, data, rng_key):
+    def _resolve(self, data, keys: FitKeys, user_labels):
         """Return (priors, initial labels, initial statistics) of the B runs.
 
-        B is n_init (VI) or num_chains (Gibbs). The labels (B, n) are those of the Gibbs
-        chains or of an ``init`` array (None for VI from seeds); the statistics ((B, K, d)
-        r_k, (B, K) N_k) those of the crisp initial assignments (:func:`._bvmf_vi._seed_statistics`,
-        also on row blocks).
+        B is n_init (VI) or num_chains (Gibbs), the length of ``keys.runs``. The labels
+        (B, n) are those of the Gibbs chains or of an ``init`` array (``user_labels``,
+        checked; None for VI from seeds); the statistics ((B, K, d) r_k, (B, K) N_k) those
+        of the crisp initial assignments (:func:`._bvmf_vi._seed_statistics`, also on row
+        blocks).
         """
         n, d = data.shape
         k = int(self.n_components)
-        # user input first, so that bad values fail before anything is compiled
-        user_labels = None if isinstance(self.init, str) else self._check_labels(n)
-        if self.inference == "gibbs":
-            batch = self.num_chains
-        else:  # VI from given labels is deterministic up to the MH key: one run, not n_init
-            batch = 1 if user_labels is not None else self.n_init
-        keys = jax.random.split(rng_key, batch)
+        batch = keys.runs.shape[0]
         # large sparse data: the restarts' seeding subsample, drawn on the host
-        sample = None if user_labels is not None else _seeding.host_seeding_sample(rng_key, data, k)
+        sample = None
+        if user_labels is None:
+            sample = _seeding.host_seeding_sample(keys.init, data, k)
         passes = self._kmeans_passes()
         if user_labels is not None:
             labels = np.broadcast_to(user_labels, (batch, n))
         elif self.inference == "gibbs":
-            labels = np.asarray(_init_labels(keys, data, k, self.init, passes, sample))
+            labels = np.asarray(_init_labels(keys.runs, data, k, self.init, passes, sample))
         else:
             labels = None
         if labels is None:
-            resultant, resp_sum = _seed_statistics(keys, data, k, self.init, passes, sample)
+            resultant, resp_sum = _seed_statistics(keys.runs, data, k, self.init, passes, sample)
         else:
             # identical labels for every run, or chains that only need run 0's statistics
             one = _label_statistics(jnp.asarray(labels[0]), data, k)
@@ -443,29 +442,33 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
     # ---- fitting ----------------------------------------------------------------------------
 
     def _fit(self, data, rng_key) -> None:
-        key_init, key_fit = jax.random.split(rng_key)
-        priors, labels, statistics = self._resolve(data, key_init)
+        # user input first, so that bad values fail before anything is compiled
+        user_labels = None if isinstance(self.init, str) else self._check_labels(data.shape[0])
+        if self.inference == "gibbs":
+            batch = self.num_chains
+        else:  # VI from given labels is deterministic up to the MH key: one run, not n_init
+            batch = 1 if user_labels is not None else self.n_init
+        keys = _fit_keys(rng_key, batch=int(batch))
+        priors, labels, statistics = self._resolve(data, keys, user_labels)
         # a new fit forgets any stream and its counters (a VI fit sets its own state); only
         # now, so that a fit refused by _resolve leaves the model as it was
         self._stream_forget()
         if self.inference == "gibbs":
             from bayesvmf.models.bayesian import _gibbs
 
-            diag, n_bad = _gibbs.fit_gibbs(self, data, key_fit, priors, labels)
+            diag, n_bad = _gibbs.fit_gibbs(self, data, keys.fit, priors, labels)
             self._report_guards(diag, n_bad, int(self.num_chains), stacklevel=4)
             return
-        self._fit_vi(data, key_fit, priors, statistics)
+        self._fit_vi(data, keys, priors, statistics)
 
-    def _fit_vi(self, data, rng_key, priors: Priors, statistics) -> None:
+    def _fit_vi(self, data, keys: FitKeys, priors: Priors, statistics) -> None:
         resultant, resp_sum = statistics
         batch = resultant.shape[0]
-        key_mh, key_draws = jax.random.split(rng_key)
-        keys = jax.random.split(key_mh, batch)
         batch_priors = jax.tree_util.tree_map(
             lambda a: np.broadcast_to(np.asarray(a), (batch, *np.shape(a))), priors
         )
         shared = bool(self.shared_kappa)
-        state = _init_state(resultant, resp_sum, keys, batch_priors, self.kappa_update, shared)
+        state = _init_state(resultant, resp_sum, keys.mh, batch_priors, self.kappa_update, shared)
         static = dict(self._static(), shared_kappa=shared)
         tol, max_iter = np.float64(self.tol), np.int64(self.max_iter)
         empirical_bayes = np.bool_(self.empirical_bayes)
@@ -482,7 +485,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         finally:
             if progress is not None:
                 progress.close()
-        self._set_from_batch(state, history, data, key_draws)
+        self._set_from_batch(state, history, data, keys.draws)
 
     def _validate_params(self) -> None:
         super()._validate_params()

@@ -42,20 +42,18 @@ def kappa_draws(estimator, online: StreamState, rng_key) -> tuple[np.ndarray, np
             np.exp(a[None] + np.sqrt(2.0 * b)[None] * nodes[:, None]),
             np.log(weights / np.sqrt(np.pi)),
         )
-    weight, dot, state = online.resp_sum, online.dot, kappa.state
-    if estimator.shared_kappa:
-        weight, dot, state = jnp.sum(weight)[None], jnp.sum(dot)[None], state[:1]
     num_draws = int(estimator.predictive_draws)
     draws, _ = _kappa.kappa_sampling_draws(
         rng_key,
-        state,
-        weight,
-        dot,
+        kappa.state,
+        online.resp_sum,
+        online.dot,
         online.priors.m,
         online.priors.s2,
         d=online.natural.shape[1],
         num_samples=num_draws,
         num_warmup=int(estimator.kappa_num_warmup),
+        pooled=bool(estimator.shared_kappa),
     )
     draws = np.broadcast_to(np.asarray(draws), (num_draws, online.resp_sum.shape[0]))
     return np.exp(draws), np.full(num_draws, -np.log(num_draws))

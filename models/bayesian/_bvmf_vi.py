@@ -494,6 +494,34 @@ def _svi_step_body(args, data, *, cfg):
     return StreamState(big_n, natural, dot, post, priors, state.key), bound, accept, effective
 
 
+class FitKeys(NamedTuple):
+    """The random keys of one fit (:func:`_fit_keys`)."""
+
+    init: jax.Array  # the seeding subsample of large sparse data
+    runs: jax.Array  # (B,): each run's seeding (VI) or initial labels (Gibbs)
+    fit: jax.Array  # the Gibbs sweeps
+    mh: jax.Array  # (B,): each VI run's Metropolis-Hastings draws of kappa
+    draws: jax.Array  # the predictive draws of the kept run
+
+
+@persistent_jit(static_argnames="batch")
+def _fit_keys(rng_key, batch: int) -> FitKeys:
+    """Derive every key of a fit of ``batch`` runs from the estimator's key.
+
+    One program instead of an eager split per key: each eager operation is a program of its
+    own, traced and lowered again in every new process (the first fit's wait).
+    """
+    key_init, key_fit = jax.random.split(rng_key)
+    key_mh, key_draws = jax.random.split(key_fit)
+    return FitKeys(
+        key_init,
+        jax.random.split(key_init, batch),
+        key_fit,
+        jax.random.split(key_mh, batch),
+        key_draws,
+    )
+
+
 @persistent_jit(static_argnames=("n_components", "init"), compiler_options=_mixture.JIT_OPTIONS)
 def _init_labels(keys, data, n_components: int, init: str, kmeans_iter=None, sample=None):
     """Crisp labels of every restart: closest initial direction by cosine.

@@ -89,7 +89,8 @@ Final signatures (stable; the other Bayesian modules import them)::
     log_target(log_kappa, weight, dot, m, s2, *, d) -> Array (J,)
     kappa_sampling_update(rng_key, state, weight, dot, m, s2, *, d, num_samples,
                           num_warmup=0, step_size=2.4) -> (KappaMoments, accept_rate (J,))
-    kappa_sampling_draws(same arguments) -> (log kappa draws (num_samples, J), accept_rate)
+    kappa_sampling_draws(same arguments, pooled=False) -> (log kappa draws (num_samples, J),
+                         accept_rate)
     log_c_lower_bound(a, b, *, d) -> Array
     kl_normal(a, b, m, s2) -> Array   (KL(N(a, b) || N(m, s2)), the q(kappa) term of a bound)
     bounding_objective(state, weight, dot, m, s2, *, d) -> Array (J,)
@@ -331,7 +332,7 @@ def _mh_chains(rng_key, state, weight, dot, m, s2, d, num_samples, num_warmup, s
     return draws[kept], log_c[kept], accept_rate
 
 
-@persistent_jit(static_argnames=("d", "num_samples", "num_warmup"))
+@persistent_jit(static_argnames=("d", "num_samples", "num_warmup", "pooled"))
 def kappa_sampling_draws(
     rng_key,
     state,
@@ -344,19 +345,25 @@ def kappa_sampling_draws(
     num_samples: int,
     num_warmup: int = 0,
     step_size=2.4,
+    pooled: bool = False,
 ):
     """Return the retained MH draws of log kappa_j from eq. (1) of [1]_ (sampling scheme).
 
     The chains of :func:`kappa_sampling_update` (same arguments), before any averaging.
+    ``pooled=True``: one chain for a concentration shared by all J entries, on the pooled
+    weight and dot from the first entry's state (the target of :func:`pooled_update`),
+    pooled inside the program (not by eager operations, each a program of its own).
 
     Returns
     -------
-    draws : jax.Array of shape (num_samples, J)
+    draws : jax.Array of shape (num_samples, J), or (num_samples, 1) pooled
         log kappa draws.
-    accept_rate : jax.Array of shape (J,)
+    accept_rate : jax.Array of shape (J,), or (1,) pooled
         Fraction of accepted proposals among the retained steps.
     """
     count_trace("bayesian.kappa_sampling_draws")
+    if pooled:
+        weight, dot, state = jnp.sum(weight)[None], jnp.sum(dot)[None], state[:1]
     draws, _, accept_rate = _mh_chains(
         rng_key, state, weight, dot, m, s2, d, num_samples, num_warmup, step_size
     )
