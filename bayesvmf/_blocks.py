@@ -3,13 +3,14 @@
 Every mixture of rows asks its data object, never the devices: :func:`device_data` turns
 checked rows into plain data (:class:`bayesvmf._data.DenseData`,
 :class:`bayesvmf._data.SparseData`) or into :class:`RowBlocks`, and all three answer the
-same interface (the document corpus of ``DirichletVMFMixture`` keeps a layout of its own,
-``models/dirichlet/_corpus.py``, placed with :func:`make_mesh`, :func:`place` and
-:func:`bucket_size`):
+same interface (the document corpus of ``DirichletVMFMixture`` too: its rows are data of
+:func:`device_data`, cut into blocks of whole documents with ``block_starts``, and its
+document tables are laid out beside them with :meth:`RowBlocks.block_array`):
 
 =====================  ======================================================================
 ``dot(M)``             ``X @ M`` of every real row (row blocks: gathered over the devices)
-``tdot(R)``            ``X.T @ R`` (row blocks: ``R`` of the rows a device holds, summed)
+``tdot(R)``            ``X.T @ R`` (row blocks: ``R`` of the rows a device holds, summed);
+                       ``as_rows=True``: ``R.T @ X``, summed in that orientation
 ``block``              what a row-wise computation sees: the rows of this device, or the data
 ``n_samples``          the number of real rows
 ``weigh_rows(v)``      per-row values with padding rows set to 0 (plain data: unchanged)
@@ -17,6 +18,7 @@ same interface (the document corpus of ``DirichletVMFMixture`` keeps a layout of
 ``map(fn, r, *rows)``  ``fn(r, data, *rows)``, once per device under ``shard_map`` if sharded
 ``map_rows(fn, r)``    ``fn(r, block)`` of every row, gathered into one host array
 ``row_array(v)``       per-row host values laid out like the rows (padded, sharded)
+``block_array``        (row blocks) a model's per-block table laid out like the rows
 ``host_rows(v)``       per-row device values (as ``map`` returns them) as a host array
 ``take_rows(idx)``     the rows ``X[idx]``, dense float64 (the seedings)
 ``is_sharded``         whether the rows lie on a mesh of devices (outside ``shard_map``)
@@ -27,7 +29,8 @@ The EM of a vMF mixture touches the data only through its sufficient statistics:
 N_k = sum_i tau_ik, the resultants r_k = sum_i tau_ik x_i (eq. (23) of [1]_) and the total
 log-likelihood sum_i log p(x_i) (eq. (9)). These are sums over rows, so rows can be split
 into blocks, each block's partial sums computed where the block lives, and the partial sums
-added (docs/design.md section 6). :class:`RowBlocks` holds data split into equal row blocks:
+added (docs/design.md section 6). :class:`RowBlocks` holds data split into equal row blocks
+(or blocks cut at given rows, ``block_starts`` of :func:`device_data`):
 
 * with a ``jax.sharding.Mesh`` (``devices=`` of the estimators), one block per device: the
   arrays are sharded along their first axis (``NamedSharding(mesh, P("rows"))``), the data
@@ -47,8 +50,9 @@ the single block without a mesh may stay a host CSR matrix of the CPU ("scipy") 
 (:class:`bayesvmf._data.SparseData`). Every padding row has row weight 0, and the
 statistics multiply the responsibilities and the per-row log-densities by the row weights
 (:meth:`RowBlocks.weigh_rows`), so padding never touches counts, resultants, weights or the
-likelihood. Padding rows only ever sit after the real rows: global row i is row
-``i % block_rows`` of block ``i // block_rows``.
+likelihood. Padding rows only ever sit after the real rows of their block: in equal
+blocks, global row i is row ``i % block_rows`` of block ``i // block_rows``; in blocks cut
+at ``starts``, block b holds rows [starts[b], starts[b + 1]) and then its padding rows.
 
 References
 ----------
@@ -247,13 +251,14 @@ class RowBlocks:
         return self.tdot(onehot).T
 
     def counted_by_weight(self) -> RowBlocks:
-        """Return a view whose static ``n_samples`` is the padded row count.
+        """Return a view whose static ``n_samples`` is the padded row count, in equal blocks.
 
-        For computations that count rows by their weights and never use ``n_samples``
-        (the streaming steps): chunks padded to one bucket size then share one compiled
-        program, whatever their real number of rows.
+        For computations that count rows by their weights and never use ``n_samples`` or
+        where the real rows lie (the streaming steps): chunks padded to one bucket size
+        then share one compiled program, whatever their real number of rows and, for
+        blocks cut at given rows (``block_starts``), wherever the cuts fall. Lay out
+        per-row and per-block arrays (:meth:`row_array`, :meth:`block_array`) before.
         """
-        # every row counted as real: equal blocks, whatever the cut of the real rows
         return RowBlocks(self.data, self.row_weight, self.row_weight.shape[0], self.mesh)
 
     def map(self, fn, replicated, *rows, per_row=False):
@@ -426,9 +431,7 @@ class DevicesOption(list):
 def make_mesh(devices) -> Mesh:
     """Return a one-axis mesh (axis :data:`AXIS`) over ``devices`` (a list of devices).
 
-    Row blocks build theirs in :func:`device_data`; the Dirichlet corpus, whose documents
-    are laid out over the devices by ``models.dirichlet._corpus``, uses it with
-    :func:`place`.
+    Row blocks build theirs in :func:`device_data`.
     """
     return Mesh(np.asarray(devices, dtype=object), (AXIS,))
 

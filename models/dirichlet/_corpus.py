@@ -154,7 +154,8 @@ def padded_corpus(X, w, offsets, dtype=jnp.float64) -> tuple[Corpus, int]:
     doc = np.repeat(np.arange(n_docs, dtype=np.int32), np.diff(offsets))
     doc_weight = np.bincount(doc, weights=w, minlength=n_docs)
     corpus = Corpus(
-        data,
+        # rows counted by their weights: chunks of one bucket share one compiled step
+        data.counted_by_weight(),
         data.row_array(np.asarray(w, np.float64)),
         data.row_array(doc, edge=True),  # padding rows join the last document
         data.block_array(doc_weight, (0,), bucket_size(n_docs)),
@@ -243,7 +244,8 @@ def shard_documents(
             )
     doc_index = device_of_doc * docs + local
     corpus = Corpus(
-        data,
+        # a chunk's rows counted by their weights: chunks of one bucket share compiled steps
+        data.counted_by_weight() if bucket else data,
         data.row_array(np.asarray(w, np.float64)),
         # padding rows join the device's last document, keeping the ids sorted
         data.row_array(np.repeat(local, lengths), edge=True),
