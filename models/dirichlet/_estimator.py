@@ -468,14 +468,9 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
                 corpus, n_docs = padded_corpus(X, w, offsets, self._product_dtype())
                 doc_counts, doc_index = jnp.int32(n_docs), np.arange(n_docs)
             else:
-                sharded = shard_documents(
-                    X, w, offsets, devices, self._product_dtype(), bucket=True
-                )
-                corpus, doc_counts, doc_index = (
-                    sharded.corpus,
-                    sharded.doc_counts,
-                    sharded.doc_index,
-                )
+                sharded = shard_documents(X, w, offsets, devices, self._product_dtype(), True)
+                corpus, doc_counts = sharded.corpus, sharded.doc_counts
+                doc_index = sharded.doc_index
             stats, mu, kappa, collapsed, phi, bound = _svi_step(
                 *self._online,
                 corpus,
