@@ -97,7 +97,7 @@ AXIS = "rows"
 
 @jax.tree_util.register_pytree_node_class
 class RowBlocks:
-    """Data split into equal, padded row blocks, with a weight (1 or 0) per row.
+    """Data split into padded row blocks (equal, or cut at given rows), a weight (1, 0) per row.
 
     Built by :func:`device_data`; answers the interface of the module docstring.
 
@@ -107,7 +107,8 @@ class RowBlocks:
         The blocks' arrays concatenated along their first axis (dense rows; the host blocks'
         handles; COO and column-sorted copies), so that splitting every array
         into ``n_blocks`` equal parts gives the blocks. ``data.shape`` is the shape of
-        *one* block, ``(block_rows, n_features)``: it is what a device sees.
+        *one* block, ``(block_rows, n_features)``, what a device sees (dense rows outside
+        ``shard_map``: the array of every block, so their shape).
     row_weight : jax.Array of shape (n_blocks * block_rows,)
         1.0 for a real row, 0.0 for a padding row.
     n_samples : int
