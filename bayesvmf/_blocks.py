@@ -3,13 +3,14 @@
 Every mixture of rows asks its data object, never the devices: :func:`device_data` turns
 checked rows into plain data (:class:`bayesvmf._data.DenseData`,
 :class:`bayesvmf._data.SparseData`) or into :class:`RowBlocks`, and all three answer the
-same interface (the document corpus of ``DirichletVMFMixture`` keeps a layout of its own,
-``models/dirichlet/_corpus.py``, placed with :func:`make_mesh`, :func:`place` and
-:func:`bucket_size`):
+same interface (the document corpus of ``DirichletVMFMixture`` too: its rows are data of
+:func:`device_data`, cut into blocks of whole documents with ``block_starts``, and its
+document tables are laid out beside them with :meth:`RowBlocks.block_array`):
 
 =====================  ======================================================================
 ``dot(M)``             ``X @ M`` of every real row (row blocks: gathered over the devices)
-``tdot(R)``            ``X.T @ R`` (row blocks: ``R`` of the rows a device holds, summed)
+``tdot(R)``            ``X.T @ R`` (row blocks: ``R`` of the rows a device holds, summed);
+                       ``as_rows=True``: ``R.T @ X``, summed in that orientation
 ``block``              what a row-wise computation sees: the rows of this device, or the data
 ``n_samples``          the number of real rows
 ``weigh_rows(v)``      per-row values with padding rows set to 0 (plain data: unchanged)
@@ -17,6 +18,7 @@ same interface (the document corpus of ``DirichletVMFMixture`` keeps a layout of
 ``map(fn, r, *rows)``  ``fn(r, data, *rows)``, once per device under ``shard_map`` if sharded
 ``map_rows(fn, r)``    ``fn(r, block)`` of every row, gathered into one host array
 ``row_array(v)``       per-row host values laid out like the rows (padded, sharded)
+``block_array``        (row blocks) a model's per-block table laid out like the rows
 ``host_rows(v)``       per-row device values (as ``map`` returns them) as a host array
 ``take_rows(idx)``     the rows ``X[idx]``, dense float64 (the seedings)
 ``is_sharded``         whether the rows lie on a mesh of devices (outside ``shard_map``)
@@ -27,7 +29,8 @@ The EM of a vMF mixture touches the data only through its sufficient statistics:
 N_k = sum_i tau_ik, the resultants r_k = sum_i tau_ik x_i (eq. (23) of [1]_) and the total
 log-likelihood sum_i log p(x_i) (eq. (9)). These are sums over rows, so rows can be split
 into blocks, each block's partial sums computed where the block lives, and the partial sums
-added (docs/design.md section 6). :class:`RowBlocks` holds data split into equal row blocks:
+added (docs/design.md section 6). :class:`RowBlocks` holds data split into equal row blocks
+(or blocks cut at given rows, ``block_starts`` of :func:`device_data`):
 
 * with a ``jax.sharding.Mesh`` (``devices=`` of the estimators), one block per device: the
   arrays are sharded along their first axis (``NamedSharding(mesh, P("rows"))``), the data
@@ -47,8 +50,9 @@ the single block without a mesh may stay a host CSR matrix of the CPU ("scipy") 
 (:class:`bayesvmf._data.SparseData`). Every padding row has row weight 0, and the
 statistics multiply the responsibilities and the per-row log-densities by the row weights
 (:meth:`RowBlocks.weigh_rows`), so padding never touches counts, resultants, weights or the
-likelihood. Padding rows only ever sit after the real rows: global row i is row
-``i % block_rows`` of block ``i // block_rows``.
+likelihood. Padding rows only ever sit after the real rows of their block: in equal
+blocks, global row i is row ``i % block_rows`` of block ``i // block_rows``; in blocks cut
+at ``starts``, block b holds rows [starts[b], starts[b + 1]) and then its padding rows.
 
 References
 ----------
@@ -93,7 +97,7 @@ AXIS = "rows"
 
 @jax.tree_util.register_pytree_node_class
 class RowBlocks:
-    """Data split into equal, padded row blocks, with a weight (1 or 0) per row.
+    """Data split into padded row blocks (equal, or cut at given rows), a weight (1, 0) per row.
 
     Built by :func:`device_data`; answers the interface of the module docstring.
 
@@ -103,7 +107,8 @@ class RowBlocks:
         The blocks' arrays concatenated along their first axis (dense rows; the host blocks'
         handles; COO and column-sorted copies), so that splitting every array
         into ``n_blocks`` equal parts gives the blocks. ``data.shape`` is the shape of
-        *one* block, ``(block_rows, n_features)``: it is what a device sees.
+        *one* block, ``(block_rows, n_features)``, what a device sees (dense rows outside
+        ``shard_map``: the array of every block, so their shape).
     row_weight : jax.Array of shape (n_blocks * block_rows,)
         1.0 for a real row, 0.0 for a padding row.
     n_samples : int
@@ -113,18 +118,26 @@ class RowBlocks:
     axis_name : str or None
         Set (to :data:`AXIS`) on the view of one block inside ``shard_map``: the statistics
         of that block are then summed over the devices with ``psum``.
+    starts : tuple of int or None
+        First real row of each block when the blocks were cut at given rows
+        (``device_data(..., block_starts=)``): block b holds the real rows
+        [starts[b], starts[b + 1]) (the last up to ``n_samples``), then its padding rows.
+        None: equal blocks, global row i is row ``i % block_rows`` of block
+        ``i // block_rows``.
     """
 
-    def __init__(self, data, row_weight, n_samples, mesh=None, axis_name=None):
+    def __init__(self, data, row_weight, n_samples, mesh=None, axis_name=None, starts=None):
         self.data = data
         self.row_weight = row_weight
         self.n_samples = int(n_samples)
         self.mesh = mesh
         self.axis_name = axis_name
+        self.starts = None if starts is None else tuple(int(s) for s in starts)
 
     def tree_flatten(self):
         """Flatten into the arrays (children) and the static sizes and mesh (aux data)."""
-        return (self.data, self.row_weight), (self.n_samples, self.mesh, self.axis_name)
+        aux = (self.n_samples, self.mesh, self.axis_name, self.starts)
+        return (self.data, self.row_weight), aux
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -145,6 +158,33 @@ class RowBlocks:
     def block(self):
         """The arrays a row-wise computation sees: this device's block (padding included)."""
         return self.data
+
+    @property
+    def n_blocks(self) -> int:
+        """Number of blocks: one per device of the mesh (or of the cut), else 1."""
+        if self.starts is not None:
+            return len(self.starts)
+        return 1 if self.mesh is None else int(self.mesh.devices.size)
+
+    def _padded_rows(self) -> int:
+        """Rows of one block, padding included, read from the row weights.
+
+        (``block_rows`` reads the data's arrays, which outside ``shard_map`` hold every
+        block of dense data.)
+        """
+        if self.axis_name is not None:  # one device's view: its own rows
+            return self.row_weight.shape[0]
+        return self.row_weight.shape[0] // self.n_blocks
+
+    def _real_rows(self) -> np.ndarray:
+        """Positions of the real rows, in global order, among the padded rows of all blocks."""
+        return _block_positions(self._starts(), self.n_samples, self._padded_rows())
+
+    def _keep_real(self, values):
+        """Return the real rows of per-row ``values`` of all blocks (padding dropped)."""
+        if self.starts is None:
+            return values[: self.n_samples]
+        return values[self._real_rows()]
 
     @property
     def is_sharded(self) -> bool:
@@ -176,7 +216,7 @@ class RowBlocks:
         values = self.data.dot(M)
         if self.axis_name is not None:
             values = jax.lax.all_gather(values, self.axis_name, tiled=True)
-        return values[: self.n_samples]
+        return self._keep_real(values)
 
     def tdot(self, R: jax.Array) -> jax.Array:
         """Return ``X.T @ R`` summed over the blocks; ``R`` holds this block's rows.
@@ -194,52 +234,62 @@ class RowBlocks:
         draws: every device gets the same rows.
         """
         block = jax.lax.axis_index(self.axis_name) if self.axis_name is not None else 0
-        local = idx - block * self.block_rows
+        if self.starts is None:
+            local, size = idx - block * self.block_rows, self.block_rows
+        else:
+            bounds = jnp.asarray((*self.starts, self.n_samples))
+            local, size = idx - bounds[block], bounds[block + 1] - bounds[block]
         if isinstance(self.data, DenseData):
             # dense blocks: each gathers the rows it holds (zero for the others), summed over
             # devices; O(len(idx) d), where the one-hot product below is O(block_rows len(idx))
-            held = (local >= 0) & (local < self.block_rows)
+            held = (local >= 0) & (local < size)
             mine = self.data.X[jnp.clip(local, 0, self.block_rows - 1)].astype(jnp.float64)
             (rows,) = self.sum_over_blocks(jnp.where(held[:, None], mine, 0.0))
             return rows
         # one-hot columns of the rows this block holds (all-zero for the others): X_b.T @ onehot
+        local = jnp.where(local < size, local, -1)  # a later block's row: no column here
         onehot = jax.nn.one_hot(local, self.block_rows, dtype=jnp.float64).T
         return self.tdot(onehot).T
 
     def counted_by_weight(self) -> RowBlocks:
-        """Return a view whose static ``n_samples`` is the padded row count.
+        """Return a view whose static ``n_samples`` is the padded row count, in equal blocks.
 
-        For computations that count rows by their weights and never use ``n_samples``
-        (the streaming steps): chunks padded to one bucket size then share one compiled
-        program, whatever their real number of rows.
+        For computations that count rows by their weights and never use ``n_samples`` or
+        where the real rows lie (the streaming steps): chunks padded to one bucket size
+        then share one compiled program, whatever their real number of rows and, for
+        blocks cut at given rows (``block_starts``), wherever the cuts fall. Lay out
+        per-row and per-block arrays (:meth:`row_array`, :meth:`block_array`) before.
         """
-        n_blocks = self.row_weight.shape[0] // self.block_rows
-        return RowBlocks(self.data, self.row_weight, n_blocks * self.block_rows, self.mesh)
+        return RowBlocks(self.data, self.row_weight, self.row_weight.shape[0], self.mesh)
 
-    def map(self, fn, replicated, *rows, per_row: bool = False):
+    def map(self, fn, replicated, *rows, per_row=False):
         """Call ``fn(replicated, data, *rows)``, under ``shard_map`` when the rows are sharded.
 
         On a mesh, ``fn`` runs once per device on the view of that device's block (a
         :class:`RowBlocks` with ``axis_name`` set, so that :meth:`sum_over_blocks` and the
         statistics of :mod:`bayesvmf._parallel` sum over devices) and its slice of every
-        per-row array of ``rows`` (laid out by :meth:`row_array`); ``replicated`` (a pytree)
-        is the same on every device. The outputs are the same on every device (reduced
-        statistics and what is computed from them) or, with ``per_row``, one leading entry
-        per row of the block (rows in global order, padding rows included:
-        :meth:`host_rows`). Otherwise ``fn`` is called directly.
+        array of ``rows``: per-row arrays laid out by :meth:`row_array`, or any array
+        laid out in blocks by :meth:`block_array` (a model's own per-block tables, e.g. the
+        documents of a corpus). ``replicated`` (a pytree) is the same on every device. The
+        outputs are the same on every device (reduced statistics and what is computed from
+        them) or, with ``per_row``, one leading entry per row of the block (rows in global
+        order, padding rows included: :meth:`host_rows`). ``per_row`` may also be a pytree
+        prefix of the output, of bools: per-block outputs (True) beside replicated ones.
+        Otherwise ``fn`` is called directly.
         """
         if not self.is_sharded:
             return fn(replicated, self, *rows)
-        n_samples = self.n_samples
+        n_samples, starts = self.n_samples, self.starts
 
         def local(replicated, block, weight, *rows):
-            return fn(replicated, RowBlocks(block, weight, n_samples, None, AXIS), *rows)
+            view = RowBlocks(block, weight, n_samples, None, AXIS, starts)
+            return fn(replicated, view, *rows)
 
         return jax.shard_map(
             local,
             mesh=self.mesh,
             in_specs=(P(), P(AXIS), P(AXIS)) + (P(AXIS),) * len(rows),
-            out_specs=P(AXIS) if per_row else P(),
+            out_specs=jax.tree_util.tree_map(lambda b: P(AXIS) if b else P(), per_row),
             # left off as before this program lost its host callback (measured:
             # SparseVMFMixture and BayesianVMFMixture fits over two devices pass with it on;
             # issue 19)
@@ -258,15 +308,38 @@ class RowBlocks:
         with jax.enable_x64(True):
             return self.host_rows(_map_rows(fn, replicated, self))
 
-    def row_array(self, values) -> jax.Array:
+    def row_array(self, values, *, edge: bool = False) -> jax.Array:
         """Return per-row host ``values`` (n, ...) as a device array laid out like the rows.
 
-        Padded with zeros to the blocks' rows (the padding rows weigh 0) and sharded over
-        the mesh like the rows.
+        Padded with zeros to the blocks' rows (the padding rows weigh 0), or with ``edge``
+        with the last real value of their block (e.g. sorted segment ids that must stay
+        sorted), and sharded over the mesh like the rows.
+        """
+        return self.block_array(values, self._starts(), self._padded_rows(), edge=edge)
+
+    def _starts(self) -> tuple[int, ...]:
+        """First real row of each block (equal blocks: multiples of ``block_rows``)."""
+        if self.starts is not None:
+            return self.starts
+        rows = self._padded_rows()
+        return tuple(min(b * rows, self.n_samples) for b in range(self.n_blocks))
+
+    def block_array(self, values, starts, size: int, *, edge: bool = False) -> jax.Array:
+        """Return host ``values`` (m, ...) laid out in the blocks, one part per device.
+
+        Block b gets entries [starts[b], starts[b + 1]) (the last up to m) at its first
+        positions, padded to ``size`` entries with zeros (or, with ``edge``, the block's last
+        value; 0 in an empty block), all sharded over the mesh like the rows: per-block
+        tables of a model (documents) that :meth:`map` hands to each device with its rows.
         """
         values = np.asarray(values)
-        padded = np.zeros((self.row_weight.shape[0], *values.shape[1:]), values.dtype)
-        padded[: values.shape[0]] = values
+        padded = np.zeros((len(starts) * size, *values.shape[1:]), values.dtype)
+        bounds = (*starts, values.shape[0])
+        for b in range(len(starts)):
+            part = values[bounds[b] : bounds[b + 1]]
+            padded[b * size : b * size + len(part)] = part
+            if edge and len(part):
+                padded[b * size + len(part) : (b + 1) * size] = part[-1]
         return place({"rows": padded}, self.mesh)["rows"]
 
     def host_rows(self, values) -> np.ndarray:
@@ -274,7 +347,7 @@ class RowBlocks:
         if self.mesh is not None:
             # every process gets every row (several hosts: shards of other processes too)
             values = multihost_utils.process_allgather(values, tiled=True)
-        return np.asarray(values)[: self.n_samples]
+        return self._keep_real(np.asarray(values))
 
 
 @functools.partial(jax.jit, static_argnames="fn", compiler_options=JIT_OPTIONS)
@@ -359,9 +432,7 @@ class DevicesOption(list):
 def make_mesh(devices) -> Mesh:
     """Return a one-axis mesh (axis :data:`AXIS`) over ``devices`` (a list of devices).
 
-    Row blocks build theirs in :func:`device_data`; the Dirichlet corpus, whose documents
-    are laid out over the devices by ``models.dirichlet._corpus``, uses it with
-    :func:`place`.
+    Row blocks build theirs in :func:`device_data`.
     """
     return Mesh(np.asarray(devices, dtype=object), (AXIS,))
 
@@ -427,6 +498,7 @@ def device_data(
     bucket: bool = False,
     transposed: bool = False,
     kernel: str = "auto",
+    block_starts=None,
 ):
     """Return checked rows as the data object a model asks: plain data or row blocks.
 
@@ -454,6 +526,12 @@ def device_data(
         Sparse product kernel (:class:`bayesvmf._data.SparseData`); "auto" is "scipy" on
         CPU and "segment_sum" elsewhere. With ``devices``, "auto" is "segment_sum" on every
         backend and "scipy" is refused (see below).
+    block_starts : sequence of int, optional
+        Cut the rows at these rows instead of into equal blocks: block b (one per device,
+        or the one block without ``devices``) holds rows [block_starts[b],
+        block_starts[b + 1]) (the last up to n_samples), padded to the longest block
+        (rounded up with ``bucket``). For rows that belong together in groups a block must
+        not split (the documents of ``DirichletVMFMixture``). Increasing, from 0.
 
     Returns
     -------
@@ -464,7 +542,8 @@ def device_data(
     ------
     ValueError
         If ``devices`` is out of range or repeats a device (:func:`resolve_devices`), if
-        ``kernel`` is not one of the names above, or is "scipy" with ``devices``.
+        ``kernel`` is not one of the names above, or is "scipy" with ``devices``, or if
+        ``block_starts`` is not one increasing start per block, from 0.
     TypeError
         If ``devices`` is of another type.
 
@@ -487,21 +566,53 @@ def device_data(
     callback in these programs there is no such wait.
     """
     devices = resolve_devices(devices)
-    if devices is None and not bucket:
+    if devices is None and not bucket and block_starts is None:
         return _data.to_device(X, dtype, kernel=kernel, transposed=transposed)
-    return _row_blocks(X, dtype, devices, kernel, bucket)
+    return _row_blocks(X, dtype, devices, kernel, bucket, block_starts)
 
 
-def _row_blocks(X, dtype, devices, kernel: str, bucket: bool) -> RowBlocks:
-    """Split checked data into equal padded row blocks on the device(s): see :func:`device_data`."""
+def _block_positions(starts, n: int, block_rows: int) -> np.ndarray:
+    """Positions of rows 0..n-1 among the padded rows of blocks that start at ``starts``."""
+    bounds = (*starts, n)
+    return np.concatenate(
+        [b * block_rows + np.arange(bounds[b + 1] - bounds[b]) for b in range(len(starts))]
+    )
+
+
+def _check_starts(block_starts, n_blocks: int, n: int) -> tuple[int, ...]:
+    starts = tuple(int(s) for s in block_starts)
+    if len(starts) != n_blocks or starts[0] != 0 or np.any(np.diff((*starts, n)) < 0):
+        raise ValueError(
+            f"block_starts must hold {n_blocks} increasing rows from 0 to at most {n} "
+            f"(one per block); got {list(starts)}"
+        )
+    return starts
+
+
+def _row_blocks(X, dtype, devices, kernel: str, bucket: bool, block_starts=None) -> RowBlocks:
+    """Split checked data into padded row blocks on the device(s): see :func:`device_data`."""
     n, d = X.shape
     n_blocks = 1 if devices is None else len(devices)
     mesh = None if devices is None else make_mesh(devices)
     rows = -(-n // n_blocks)
+    starts = None
+    if block_starts is not None:
+        starts = _check_starts(block_starts, n_blocks, n)
+        rows = max(int(np.max(np.diff((*starts, n)))), 1)
     if bucket:
         rows = bucket_size(rows)
-    weight = (np.arange(n_blocks * rows) < n).astype(np.float64)
     np_dtype = np.dtype(jnp.dtype(dtype).name)
+    if starts is not None:  # every block's real rows, then its padding rows
+        if sp.issparse(X):
+            raise ValueError("block_starts needs dense rows; got a sparse matrix")
+        real = _block_positions(starts, n, rows)
+        weight = np.zeros(n_blocks * rows)
+        weight[real] = 1.0
+        dense = np.zeros((n_blocks * rows, d), np_dtype)
+        dense[real] = np.asarray(X, dtype=np_dtype)
+        placed = place({"X": dense, "w": weight}, mesh)
+        return RowBlocks(DenseData(placed["X"]), placed["w"], n, mesh, starts=starts)
+    weight = (np.arange(n_blocks * rows) < n).astype(np.float64)
     if not sp.issparse(X):
         dense = _pad(np.asarray(X, dtype=np_dtype), n_blocks * rows, 0)
         placed = place({"X": dense, "w": weight}, mesh)

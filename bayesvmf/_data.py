@@ -78,12 +78,16 @@ class _PlainData:
         """
         return _product(self, M, transpose=False)
 
-    def tdot(self, R: jax.Array) -> jax.Array:
+    def tdot(self, R: jax.Array, *, as_rows: bool = False) -> jax.Array:
         """Return ``X.T @ R`` (n_features, m) for ``R`` of shape (n_samples, m), in its dtype.
 
-        The second data product of an iteration (the resultants ``resp.T @ X``).
+        The second data product of an iteration (the resultants ``resp.T @ X``). With
+        ``as_rows``, return ``R.T @ X`` (m, n_features) instead, computed in that orientation
+        (dense data: XLA's product ``R.T @ X`` sums in another order than ``(X.T @ R).T``,
+        measured on 2000 x 64 float32 rows and 10 columns; the Dirichlet corpus's numbers
+        were computed so).
         """
-        return _product(self, R, transpose=True)
+        return _product(self, R, transpose=True, as_rows=as_rows)
 
     def weigh_rows(self, values: jax.Array) -> jax.Array:
         """Per-row values of real rows only: returned as they are."""
@@ -655,8 +659,10 @@ def _scipy_product(data, B, transpose: bool):
     return jax.lax.bitcast_convert_type(out, jnp.float64) if bits else out
 
 
-def _product(data, B: jax.Array, transpose: bool) -> jax.Array:
+def _product(data, B: jax.Array, transpose: bool, as_rows: bool = False) -> jax.Array:
     """``X @ B`` or ``X.T @ B`` in the data's dtype, returned in the dtype of ``B``.
+
+    ``as_rows`` (with ``transpose``): ``B.T @ X`` instead (:meth:`_PlainData.tdot`).
 
     The "segment_sum" kernel gathers the rows of B at the nonzeros' columns and sums them
     into the output rows: for ``X @ B`` in row order (COO), for ``X.T @ B`` in column order
@@ -665,10 +671,14 @@ def _product(data, B: jax.Array, transpose: bool) -> jax.Array:
     out_dtype = B.dtype
     B = B.astype(_data_dtype(data))
     if isinstance(data, DenseData):
+        if transpose and as_rows:
+            return (B.T @ data.X).astype(out_dtype)
         if transpose:
             XT = data.X.T if data.XT is None else data.XT
             return (XT @ B).astype(out_dtype)
         return (data.X @ B).astype(out_dtype)
+    if as_rows:
+        return _product(data, B, transpose).T.astype(out_dtype)
     if data.kernel == "scipy":
         return _scipy_product(data, B, transpose=transpose).astype(out_dtype)
     if transpose:

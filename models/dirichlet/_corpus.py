@@ -1,4 +1,4 @@
-r"""The corpus layer of VMFMix [1]_: documents stored flat with offsets, padded and sharded.
+r"""The corpus of VMFMix [1]_: vectors in the data layer, the documents' structure beside them.
 
 References
 ----------
@@ -18,24 +18,38 @@ from bayesvmf.data import check_directional
 
 
 class Corpus(NamedTuple):
-    """A set of documents stored flat (no padding).
+    """A set of documents: their vectors in the data layer, their structure here.
+
+    The vectors are data of :func:`bayesvmf._blocks.device_data` (plain data on one device,
+    one block padded to bucket sizes, or one block of whole documents per device); the
+    document structure laid out like them is the model's.
 
     Attributes
     ----------
-    X : array of shape (N, d)
-        All vectors of all documents, document after document, unit rows.
+    data : DenseData or RowBlocks
+        All vectors of all documents, document after document, unit rows, in the storage
+        dtype of the two data products; padded (zero rows) and split over devices when
+        built by :func:`padded_corpus` or :func:`shard_documents`.
     weights : array of shape (N,)
-        Count w_ij of each vector (ones when not given).
+        Count w_ij of each row (ones when not given; 0 for a padding row), laid out like
+        the rows.
     doc : array of shape (N,), int32
-        Document index of each row, sorted (row n belongs to document ``doc[n]``).
+        Document index of each row (local to its block), sorted within a block (row n
+        belongs to document ``doc[n]``; padding rows to their block's last document).
     doc_weight : array of shape (M,)
-        Total weight n_i = sum_j w_ij of each document.
+        Total weight n_i = sum_j w_ij of each document (0 for a padding document), laid out
+        in blocks like the rows.
     """
 
-    X: Any
+    data: Any
     weights: Any
     doc: Any
     doc_weight: Any
+
+    @property
+    def X(self):
+        """The stored rows, padding included (of this device's block inside ``map``)."""
+        return self.data.block.X
 
 
 def _check_documents(docs, weights, *, normalize: bool, n_features: int | None):
@@ -102,7 +116,7 @@ def _check_documents(docs, weights, *, normalize: bool, n_features: int | None):
 
 
 def prepare_corpus(X, w, offsets, dtype=jnp.float64) -> Corpus:
-    """Build a device :class:`Corpus` from host arrays and document offsets.
+    """Build a device :class:`Corpus` from host arrays and document offsets (one device).
 
     ``dtype`` is the storage dtype of the vectors X, hence of the two data products
     (float32 for ``dtype="mixed"`` of the estimator); weights stay float64.
@@ -111,32 +125,23 @@ def prepare_corpus(X, w, offsets, dtype=jnp.float64) -> Corpus:
     doc = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
     doc_weight = np.bincount(doc, weights=w, minlength=len(lengths))
     return Corpus(
-        jnp.asarray(X, dtype),
+        _blocks.device_data(X, dtype),
         jnp.asarray(w, jnp.float64),
         jnp.asarray(doc),
         jnp.asarray(doc_weight, jnp.float64),
     )
 
 
-def _data_dot(X, M):
-    """X @ M.T in the storage dtype of X (float32 in mixed mode), returned in M's dtype."""
-    return (X @ M.astype(X.dtype).T).astype(M.dtype)
-
-
-def _data_tdot(R, X):
-    """R.T @ X in the storage dtype of X (float32 in mixed mode), returned in R's dtype."""
-    return (R.astype(X.dtype).T @ X).astype(R.dtype)
-
-
 def padded_corpus(X, w, offsets, dtype=jnp.float64) -> tuple[Corpus, int]:
     """Build a device :class:`Corpus` padded to bucket sizes (a streaming chunk).
 
-    The N rows and M documents are rounded up to :func:`bayesvmf._blocks.bucket_size`
-    (at most 41% padding), so chunks of similar size share one compiled SVI step. Padding
-    rows are zero vectors of weight 0 appended to the last document, padding documents are
-    empty: neither changes a statistic nor a real document's bound (weight-0 rows enter every
-    sum multiplied by their weight; an empty document keeps phi_i = alpha and its own bound
-    is masked by the caller).
+    The N rows (one block of :func:`bayesvmf._blocks.device_data` with ``bucket``) and the
+    M documents are rounded up to :func:`bayesvmf._blocks.bucket_size` (at most 41%
+    padding), so chunks of similar size share one compiled SVI step. Padding rows are zero
+    vectors of weight 0 appended to the last document, padding documents are empty: neither
+    changes a statistic nor a real document's bound (weight-0 rows enter every sum
+    multiplied by their weight; an empty document keeps phi_i = alpha and its own bound is
+    masked by the caller).
 
     Returns
     -------
@@ -144,16 +149,18 @@ def padded_corpus(X, w, offsets, dtype=jnp.float64) -> tuple[Corpus, int]:
     n_docs : int
         The number of real documents M (the first M of the padded table).
     """
-    n_rows, d = X.shape
     n_docs = len(offsets) - 1
-    rows, docs = bucket_size(n_rows), bucket_size(n_docs)
-    X_pad = np.zeros((rows, d))
-    X_pad[:n_rows] = X
-    w_pad = np.zeros(rows)
-    w_pad[:n_rows] = w
-    # the last real document runs to the end of the padding rows; padding documents are empty
-    offsets_pad = np.concatenate([offsets[:-1], np.full(docs - n_docs + 1, rows)])
-    return prepare_corpus(X_pad, w_pad, offsets_pad, dtype), n_docs
+    data = _blocks.device_data(X, dtype, bucket=True)
+    doc = np.repeat(np.arange(n_docs, dtype=np.int32), np.diff(offsets))
+    doc_weight = np.bincount(doc, weights=w, minlength=n_docs)
+    corpus = Corpus(
+        # rows counted by their weights: chunks of one bucket share one compiled step
+        data.counted_by_weight(),
+        data.row_array(np.asarray(w, np.float64)),
+        data.row_array(doc, edge=True),  # padding rows join the last document
+        data.block_array(doc_weight, (0,), bucket_size(n_docs)),
+    )
+    return corpus, n_docs
 
 
 class ShardedCorpus(NamedTuple):
@@ -162,9 +169,9 @@ class ShardedCorpus(NamedTuple):
     Attributes
     ----------
     corpus : Corpus
-        Its four arrays sharded along their first axis: device g holds rows
-        [g R, (g + 1) R) and documents [g D, (g + 1) D), document ids local to the device.
-    mesh : jax.sharding.Mesh
+        Its vectors are row blocks on a mesh (:class:`bayesvmf._blocks.RowBlocks`): device
+        g holds the rows of documents [g D, (g + 1) D) of the padded document axis, with
+        document ids local to the device; its weights, ids and documents are laid out alike.
     row_id : jax.Array of int32, shape (G R,)
         Global number of each row among the real vectors (0 for padding rows).
     n_real : int
@@ -176,7 +183,6 @@ class ShardedCorpus(NamedTuple):
     """
 
     corpus: Corpus
-    mesh: Any
     row_id: Any
     n_real: int
     doc_index: np.ndarray
@@ -189,10 +195,12 @@ def shard_documents(
     """Split checked documents over ``devices``: whole documents, about equal vector counts.
 
     Device g gets consecutive documents whose first vector falls in the g-th equal share of
-    the N vectors. Every device's part is padded to the same R rows and D documents: padding
-    rows are zero vectors of weight 0 appended to the device's last document (document
-    ids stay sorted), padding documents are empty (weight 0: they add nothing to a
-    statistic or to the bound, see :func:`vem_step`).
+    the N vectors: the data layer cuts the rows there (``block_starts`` of
+    :func:`bayesvmf._blocks.device_data`) and pads every device's part to the same R rows;
+    the documents are padded here to the same D per device. Padding rows are zero vectors
+    of weight 0 appended to the device's last document (document ids stay sorted), padding
+    documents are empty (weight 0: they add nothing to a statistic or to the bound, see
+    :func:`vem_step`).
 
     Parameters
     ----------
@@ -208,7 +216,7 @@ def shard_documents(
     -------
     ShardedCorpus
     """
-    n_rows, d = X.shape
+    n_rows = X.shape[0]
     n_docs = len(offsets) - 1
     n_dev = len(devices)
     starts = np.asarray(offsets[:-1])
@@ -216,40 +224,37 @@ def shard_documents(
     bounds = np.searchsorted(starts, np.arange(n_dev) * n_rows / n_dev, side="left")
     bounds = np.append(np.minimum(bounds, n_docs), n_docs)
     bounds = np.maximum.accumulate(bounds)
-    parts_rows = [offsets[bounds[g + 1]] - offsets[bounds[g]] for g in range(n_dev)]
-    rows = max(max(parts_rows), 1)
+    data = _blocks.device_data(
+        X, dtype, devices=devices, bucket=bucket, block_starts=offsets[bounds[:-1]]
+    )
     docs = max(max(np.diff(bounds)), 1)
     if bucket:
-        rows, docs = bucket_size(rows), bucket_size(docs)
-    np_dtype = np.dtype(jnp.dtype(dtype).name)
-    X_pad = np.zeros((n_dev * rows, d), np_dtype)
-    w_pad = np.zeros(n_dev * rows)
-    doc_pad = np.zeros(n_dev * rows, np.int32)
-    row_id = np.zeros(n_dev * rows, np.int32)
-    doc_weight = np.zeros(n_dev * docs)
-    doc_index = np.empty(n_docs, np.int64)
+        docs = bucket_size(docs)
+    lengths = np.diff(offsets)
+    # document ids local to their device
+    device_of_doc = np.searchsorted(bounds[1:], np.arange(n_docs), side="right")
+    local = (np.arange(n_docs) - bounds[device_of_doc]).astype(np.int32)
+    doc_weight = np.zeros(n_docs)
     for g in range(n_dev):
         first, last = bounds[g], bounds[g + 1]
-        r0, r1 = offsets[first], offsets[last]
-        base = g * rows
-        X_pad[base : base + r1 - r0] = X[r0:r1]
-        w_pad[base : base + r1 - r0] = w[r0:r1]
-        row_id[base : base + r1 - r0] = np.arange(r0, r1)
-        lengths = np.diff(offsets[first : last + 1])
-        local = np.repeat(np.arange(last - first, dtype=np.int32), lengths)
-        doc_pad[base : base + r1 - r0] = local
-        # padding rows join the device's last document (weight 0), keeping ids sorted
-        doc_pad[base + r1 - r0 : base + rows] = max(last - first - 1, 0)
-        if last > first:  # every document has at least one vector
-            doc_weight[g * docs : g * docs + last - first] = np.add.reduceat(
-                w[r0:r1], offsets[first:last] - r0
+        if last > first:  # every document has at least one vector; reduceat per device
+            r0 = offsets[first]
+            doc_weight[first:last] = np.add.reduceat(
+                w[r0 : offsets[last]], offsets[first:last] - r0
             )
-        doc_index[first:last] = g * docs + np.arange(last - first)
-    mesh = _blocks.make_mesh(devices)
-    arrays = {"X": X_pad, "w": w_pad, "doc": doc_pad, "doc_weight": doc_weight}
-    arrays["row_id"], arrays["doc_counts"] = row_id, np.diff(bounds).astype(np.int32)
-    placed = _blocks.place(arrays, mesh)
-    corpus = Corpus(placed["X"], placed["w"], placed["doc"], placed["doc_weight"])
+    doc_index = device_of_doc * docs + local
+    corpus = Corpus(
+        # a chunk's rows counted by their weights: chunks of one bucket share compiled steps
+        data.counted_by_weight() if bucket else data,
+        data.row_array(np.asarray(w, np.float64)),
+        # padding rows join the device's last document, keeping the ids sorted
+        data.row_array(np.repeat(local, lengths), edge=True),
+        data.block_array(doc_weight, tuple(bounds[:-1]), docs),
+    )
     return ShardedCorpus(
-        corpus, mesh, placed["row_id"], int(n_rows), doc_index, placed["doc_counts"]
+        corpus,
+        data.row_array(np.arange(n_rows, dtype=np.int32)),
+        int(n_rows),
+        doc_index,
+        data.block_array(np.diff(bounds).astype(np.int32), tuple(range(n_dev)), 1),
     )

@@ -37,10 +37,9 @@ from bayesvmf.models.dirichlet._gibbs import (
     GibbsHyper,
     run_chains,
 )
-from bayesvmf.models.dirichlet._svi import SVIStats, _sharded_svi_step, _svi_step
+from bayesvmf.models.dirichlet._svi import SVIStats, _svi_step
 from bayesvmf.models.dirichlet._vem import (
     VEMHyper,
-    _sharded_vem_step,
     _vem_step,
     e_step_documents,
     init_vem_state,
@@ -467,15 +466,12 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
             shared = bool(self.shared_kappa)
             if devices is None:
                 corpus, n_docs = padded_corpus(X, w, offsets, self._product_dtype())
-                svi = functools.partial(_svi_step, shared_kappa=shared)
                 doc_counts, doc_index = jnp.int32(n_docs), np.arange(n_docs)
             else:
-                sharded = shard_documents(
-                    X, w, offsets, devices, self._product_dtype(), bucket=True
-                )
-                corpus, svi = sharded.corpus, _sharded_svi_step(sharded.mesh, shared)
-                doc_counts, doc_index = sharded.doc_counts, sharded.doc_index
-            stats, mu, kappa, collapsed, phi, bound = svi(
+                sharded = shard_documents(X, w, offsets, devices, self._product_dtype(), True)
+                corpus, doc_counts = sharded.corpus, sharded.doc_counts
+                doc_index = sharded.doc_index
+            stats, mu, kappa, collapsed, phi, bound = _svi_step(
                 *self._online,
                 corpus,
                 doc_counts,
@@ -483,6 +479,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
                 jnp.float64(self.kappa_max),
                 jnp.float64(step.step_size),
                 jnp.float64(step.n_total / n_chunk),
+                shared_kappa=shared,
             )
             resp_sum = np.asarray(stats.resp_sum)
             phi = np.asarray(phi)[doc_index]
@@ -509,13 +506,13 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         devices = _blocks.resolve_devices(self.devices)
         hyper = VEMHyper(jnp.float64(self.alpha), jnp.float64(self.kappa_max))
         shared = bool(self.shared_kappa)
+        step = functools.partial(_vem_step, shared_kappa=shared)
         if devices is None:
             corpus = prepare_corpus(X, w, offsets, self._product_dtype())
-            step = functools.partial(_vem_step, shared_kappa=shared)
             rows, doc_index = {}, None
         else:
             sharded = shard_documents(X, w, offsets, devices, self._product_dtype())
-            corpus, step = sharded.corpus, _sharded_vem_step(sharded.mesh, shared)
+            corpus = sharded.corpus
             rows = {"row_id": sharded.row_id, "n_real": sharded.n_real}
             doc_index = sharded.doc_index
         total = float(w.sum())

@@ -267,7 +267,7 @@ def _init_gibbs_state(
 ):
     """Start a chain from a k-means++ crisp assignment (each chain from its own seeds)."""
     seed = init_vem_state(rng_key, corpus, vem_hyper, n_topics, shared_kappa=shared_kappa)
-    z = jnp.argmax(corpus.X @ seed.mu.T, axis=1).astype(jnp.int32)
+    z = jnp.argmax(corpus.data.dot(seed.mu.T), axis=1).astype(jnp.int32)
     n_docs = corpus.doc_weight.shape[0]
     doc_topic, topic_count, resultant = _statistics(corpus.X, corpus.doc, z, n_docs, n_topics)
     kappa = jnp.clip(seed.kappa, _mcmc.KAPPA_START_MIN, vem_hyper.kappa_max)

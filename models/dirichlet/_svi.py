@@ -14,11 +14,10 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import PartitionSpec as P
 
-from bayesvmf import _blocks, special
+from bayesvmf import special
 from bayesvmf._mixture import count_trace
-from bayesvmf.models.dirichlet._corpus import Corpus, _data_tdot
+from bayesvmf.models.dirichlet._corpus import Corpus
 from bayesvmf.models.dirichlet._vem import _local_step, _m_step
 
 #: Rounds and tolerance (max change of E[theta_i]) of the local step of :meth:`partial_fit`,
@@ -52,7 +51,6 @@ def svi_step(
     kappa_max,
     step_size,
     scale,
-    axis_name: str | None = None,
     shared_kappa: bool = False,
 ):
     r"""One step of stochastic variational inference on a chunk of documents.
@@ -77,14 +75,15 @@ def svi_step(
     mu, kappa : arrays of shape (K, d), (K,)
         The incoming topics.
     corpus : Corpus
-        The chunk (padded, :func:`padded_corpus`).
-    n_docs : int scalar
-        Real documents in the chunk (the rest is padding); inside ``shard_map``
-        (``axis_name`` set, :func:`_sharded_svi_step`) the count of this device's block.
+        The chunk (padded, :func:`padded_corpus`, or split over devices,
+        :func:`shard_documents`: the step then runs once per device on its documents,
+        ``map`` of the data, and the chunk's statistics and bound are added over the
+        devices, ``sum_over_blocks``).
+    n_docs : int scalar or int array of shape (G,)
+        Real documents in the chunk (the rest is padding); split over devices, the count
+        of each device's block (``doc_counts`` of :func:`shard_documents`).
     alpha, kappa_max, step_size, scale : float64 scalars
         alpha, the cap, rho_t, M_corpus / M_chunk.
-    axis_name : str or None
-        Set inside ``shard_map``: the chunk's statistics and bound are added over devices.
     shared_kappa : bool, static
         One concentration for all topics from the pooled running statistics
         (A_d(kappa) = sum_k |r_k| / sum_k n_k, the batch M-step's).
@@ -100,15 +99,30 @@ def svi_step(
         Sum of the chunk's per-document bounds (5) + (8) at the incoming topics.
     """
     count_trace("dirichlet.svi_step")
+    replicated = (stats, mu, kappa, alpha, kappa_max, step_size, scale)
+    return corpus.data.map(
+        functools.partial(_local_svi_step, shared_kappa=shared_kappa),
+        replicated,
+        corpus.weights,
+        corpus.doc,
+        corpus.doc_weight,
+        n_docs,
+        per_row=(False, False, False, False, True, False),  # phi: per document
+    )
+
+
+def _local_svi_step(replicated, data, w, doc, doc_weight, n_docs, shared_kappa: bool):
+    """:func:`svi_step` on the documents of one device (all of them on one device)."""
+    stats, mu, kappa, alpha, kappa_max, step_size, scale = replicated
+    corpus = Corpus(data, w, doc, doc_weight)
     log_c = special.log_vmf_normalizer(mu.shape[1], kappa)
     phi, weighted, bounds, _, _ = _local_step(
         corpus, mu, kappa, log_c, alpha, SVI_LOCAL_MAX_ITER, SVI_LOCAL_TOL
     )
     real = jnp.arange(phi.shape[0]) < jnp.reshape(n_docs, ())
-    resp_sum, resultant, bound = _blocks.sum_over_axis(
-        axis_name,
+    resp_sum, resultant, bound = data.sum_over_blocks(
         weighted.sum(axis=0),
-        _data_tdot(weighted, corpus.X),
+        data.block.tdot(weighted, as_rows=True),
         jnp.sum(jnp.where(real, bounds, 0.0)),
     )
     new = SVIStats(
@@ -123,22 +137,3 @@ def svi_step(
 
 #: one SVI step, one compiled program per bucketed chunk shape
 _svi_step = jax.jit(svi_step, static_argnames=("shared_kappa",))
-
-
-@functools.cache
-def _sharded_svi_step(mesh, shared_kappa: bool = False):
-    """Return :func:`svi_step` with the chunk's documents sharded over ``mesh``.
-
-    One jitted program per mesh (and bucketed chunk shape); ``n_docs`` holds each device's
-    count of real documents.
-    """
-    rows = P(_blocks.AXIS)
-    step = jax.shard_map(
-        functools.partial(svi_step, axis_name=_blocks.AXIS, shared_kappa=shared_kappa),
-        mesh=mesh,
-        in_specs=(P(), P(), P(), Corpus(*(rows,) * 4), rows, P(), P(), P(), P()),
-        out_specs=(P(), P(), P(), P(), rows, P()),
-        # the local step's while_loop carries a per-device change: no replication typing
-        check_vma=False,
-    )
-    return jax.jit(step)

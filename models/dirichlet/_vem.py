@@ -17,11 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
-from jax.sharding import PartitionSpec as P
 
-from bayesvmf import _blocks, _mixture, special
+from bayesvmf import _mixture, special
 from bayesvmf._mixture import count_trace
-from bayesvmf.models.dirichlet._corpus import Corpus, _data_dot, _data_tdot
+from bayesvmf.models.dirichlet._corpus import Corpus
 
 #: A topic whose total responsibility n_k falls below this keeps its previous concentration
 #: (its term n_k log c_d(kappa) + kappa |r_k| of the bound is then below ~1e-10 anyway).
@@ -150,11 +149,7 @@ def _responsibilities(loglik, phi, doc):
 
 
 def vem_step(
-    state: VEMState,
-    corpus: Corpus,
-    hyper: VEMHyper,
-    axis_name: str | None = None,
-    shared_kappa: bool = False,
+    state: VEMState, corpus: Corpus, hyper: VEMHyper, shared_kappa: bool = False
 ) -> tuple[VEMState, VEMInfo]:
     """Run one iteration of variational EM (eqs. (9), (10) of [1]_) and evaluate the bound.
 
@@ -173,14 +168,14 @@ def vem_step(
     state : VEMState
         Current (mu, kappa, phi).
     corpus : Corpus
-        The documents, stored flat.
+        The documents. When their rows are split over devices (:func:`shard_documents`),
+        the step runs once per device on its documents (``map`` of the data), phi stays
+        split like them, and the sums over rows and documents (n_k, r_k, the entropy of
+        q(z), the theta part of the bound) are added over the devices
+        (``sum_over_blocks``); mu, kappa and the diagnostics are replicated. Documents of
+        weight 0 (padding) add nothing to the bound.
     hyper : VEMHyper
         alpha and kappa_max.
-    axis_name : str or None
-        Set inside ``shard_map`` (:func:`_sharded_vem_step`): ``corpus`` and ``state.phi``
-        are then one device's documents, and the sums over rows and documents (n_k, r_k,
-        the entropy of q(z), the theta part of the bound) are added over the devices.
-        Documents of weight 0 (padding) add nothing to the bound.
     shared_kappa : bool, static
         One concentration for all topics (pooled statistics, :func:`_solve_kappa`).
 
@@ -190,17 +185,31 @@ def vem_step(
     info : VEMInfo
     """
     count_trace("dirichlet.vem_step")
-    total = functools.partial(_blocks.sum_over_axis, axis_name)
+    per_block = (VEMState(False, False, True), VEMInfo(False, False, False, False))
+    return corpus.data.map(
+        functools.partial(_local_vem_step, shared_kappa=shared_kappa),
+        (state.mu, state.kappa, hyper),
+        corpus.weights,
+        corpus.doc,
+        corpus.doc_weight,
+        state.phi,
+        per_row=per_block,
+    )
 
-    X, w, doc = corpus.X, corpus.weights, corpus.doc
+
+def _local_vem_step(replicated, data, w, doc, doc_weight, phi, shared_kappa: bool):
+    """:func:`vem_step` on the documents of one device (all of them on one device)."""
+    mu, kappa, hyper = replicated
+    state = VEMState(mu, kappa, phi)
+    total, rows = data.sum_over_blocks, data.block
     n_docs = state.phi.shape[0]
-    d = X.shape[1]
+    d = rows.shape[1]
     log_c = special.log_vmf_normalizer(d, state.kappa)
     # E-step (eq. (9)) and the sufficient statistics (eqs. (6), (7)): the O(N K d) part.
     # Written as few passes over the (N, K) table as possible: logits (fused into the first
     # product), their row max, one exp, the row sums, then weighted = w pi in one multiply.
     psi = _digamma_table(state.phi)
-    logits = psi[doc] + log_c + state.kappa * _data_dot(X, state.mu)
+    logits = psi[doc] + log_c + state.kappa * rows.dot(state.mu.T)
     row_max = jnp.max(logits, axis=1)
     unnorm = jnp.exp(logits - row_max[:, None])
     row_sum = jnp.sum(unnorm, axis=1)
@@ -209,7 +218,7 @@ def vem_step(
     phi = hyper.alpha + doc_topic  # eq. (9), second line
     resp_sum, resultant, psi_term, lse_term = total(
         doc_topic.sum(axis=0),
-        _data_tdot(weighted, X),  # eq. (7)
+        rows.tdot(weighted, as_rows=True),  # eq. (7)
         jnp.sum(doc_topic * psi),
         jnp.sum(w * (row_max + jnp.log(row_sum))),
     )
@@ -229,30 +238,10 @@ def vem_step(
     mu, kappa, collapsed, log_c_new = _m_step(
         resultant, resp_sum, state.mu, state.kappa, hyper.kappa_max, shared_kappa
     )
-    theta_terms = jnp.where(
-        corpus.doc_weight > 0, _dirichlet_terms(phi, doc_topic, hyper.alpha), 0.0
-    )
+    theta_terms = jnp.where(doc_weight > 0, _dirichlet_terms(phi, doc_topic, hyper.alpha), 0.0)
     (theta_term,) = total(jnp.sum(theta_terms))
     bound = theta_term + _vmf_term(resp_sum, log_c_new, kappa, mu, resultant)
     return VEMState(mu, kappa, phi), VEMInfo(bound + z_entropy, resp_sum, collapsed, resultant)
-
-
-@functools.cache
-def _sharded_vem_step(mesh, shared_kappa: bool = False):
-    """:func:`vem_step` with the documents sharded over ``mesh`` (one jitted program per mesh).
-
-    The corpus and phi are split along their first axis (:func:`shard_documents`); mu,
-    kappa and the diagnostics are replicated.
-    """
-    state_spec = VEMState(P(), P(), P(_blocks.AXIS))
-    corpus_spec = Corpus(*(P(_blocks.AXIS),) * 4)
-    step = jax.shard_map(
-        functools.partial(vem_step, axis_name=_blocks.AXIS, shared_kappa=shared_kappa),
-        mesh=mesh,
-        in_specs=(state_spec, corpus_spec, P()),
-        out_specs=(state_spec, VEMInfo(P(), P(), P(), P())),
-    )
-    return jax.jit(step)
 
 
 def _log_normalizer(mu, kappa):
@@ -306,13 +295,15 @@ def _init_vem_state(
     rng_key, corpus: Corpus, hyper: VEMHyper, row_id, n_topics: int, n_real: int
 ) -> VEMState:
     count_trace("dirichlet.init")
-    X, w = corpus.X, corpus.weights
-    d = X.shape[1]
+    # all rows, padding included, in one program (on a mesh, XLA partitions it): the draws
+    # index the padded rows, whose global numbers row_id give them the unpadded draws
+    rows, w = corpus.data.block, corpus.weights
+    d = rows.shape[1]
     keys = jax.random.split(rng_key, n_topics)
     # spherical k-means++ seeding on the weighted vectors (dissimilarity 1 - x'mu)
     first = _sample_rows(keys[0], jnp.log(w), row_id, n_real)
-    mu = jnp.zeros((n_topics, d), w.dtype).at[0].set(X[first])
-    best = _data_dot(X, X[first][None].astype(w.dtype))[:, 0]
+    mu = jnp.zeros((n_topics, d), w.dtype).at[0].set(rows.take_rows(first))
+    best = rows.dot(rows.take_rows(first)[:, None])[:, 0]
 
     # greedy k-means++ (as scikit-learn's): 2 + log K candidates per seed, keep the one that
     # lowers the potential most; plain k-means++ often seeds two topics in one cluster when
@@ -326,26 +317,26 @@ def _init_vem_state(
         # all points already chosen (gap == 0 everywhere): fall back to the weights
         logits = jnp.where(jnp.any(gap > 0), logits, jnp.log(w))
         idx = _sample_rows(keys[k], logits, row_id, n_real, (n_candidates,))
-        new_best = jnp.maximum(best[:, None], _data_dot(X, X[idx].astype(w.dtype)))
+        new_best = jnp.maximum(best[:, None], rows.dot(rows.take_rows(idx).T))
         potential = jnp.sum(w[:, None] * (1.0 - new_best), axis=0)
         choice = jnp.argmin(potential)
-        return mu.at[k].set(X[idx[choice]]), new_best[:, choice]
+        return mu.at[k].set(rows.take_rows(idx[choice])), new_best[:, choice]
 
     mu, _ = lax.fori_loop(1, n_topics, body, (mu, best))
 
     def lloyd(_, mu):
         # spherical k-means on the pooled vectors (Banerjee et al. [3]_, hard assignments)
-        onehot = jax.nn.one_hot(jnp.argmax(_data_dot(X, mu), axis=1), n_topics, dtype=w.dtype)
-        resultant = _data_tdot(onehot * w[:, None], X)
+        onehot = jax.nn.one_hot(jnp.argmax(rows.dot(mu.T), axis=1), n_topics, dtype=w.dtype)
+        resultant = rows.tdot(onehot * w[:, None], as_rows=True)
         norm = jnp.linalg.norm(resultant, axis=1, keepdims=True)
         return jnp.where(norm > 0, resultant / jnp.where(norm > 0, norm, 1.0), mu)
 
     mu = lax.fori_loop(0, INIT_KMEANS_ITER, lloyd, mu)
     # one crisp pass gives data-driven concentrations
-    labels = jnp.argmax(_data_dot(X, mu), axis=1)
+    labels = jnp.argmax(rows.dot(mu.T), axis=1)
     onehot = jax.nn.one_hot(labels, n_topics, dtype=w.dtype) * w[:, None]
     phi = _flat_phi(corpus, hyper.alpha, n_topics)
-    return mu, _data_tdot(onehot, X), onehot.sum(axis=0), phi
+    return mu, rows.tdot(onehot, as_rows=True), onehot.sum(axis=0), phi
 
 
 _init_vem_state_jit = jax.jit(_init_vem_state, static_argnames=("n_topics", "n_real"))
@@ -406,10 +397,10 @@ def _local_step(corpus: Corpus, mu, kappa, log_c, alpha, max_iter, tol):
     the number of rounds and the last change of E[theta]. Rows of weight 0 (padding)
     contribute nothing to any of them.
     """
-    X, w, doc = corpus.X, corpus.weights, corpus.doc
+    w, doc = corpus.weights, corpus.doc
     n_docs = corpus.doc_weight.shape[0]
     n_topics = mu.shape[0]
-    loglik = log_c + kappa * _data_dot(X, mu)
+    loglik = log_c + kappa * corpus.data.block.dot(mu.T)
 
     def update(phi):
         resp, _ = _responsibilities(loglik, phi, doc)

@@ -1,0 +1,121 @@
+"""Row blocks cut at given rows (device_data's block_starts), block_array and tdot(as_rows)."""
+
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from test_parallel import _run_on_two_devices
+
+from bayesvmf import _blocks
+from bayesvmf.data import check_directional
+
+# Two forced CPU devices (set before JAX is imported): 11 rows cut after row 3, so block 0
+# holds 3 real rows and block 1 holds 8 (both padded to 8 rows).
+CUT_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import jax, jax.numpy as jnp, numpy as np
+    from bayesvmf import _blocks
+    from bayesvmf.data import check_directional
+
+    rng = np.random.default_rng(0)
+    X = check_directional(rng.normal(size=(11, 4)))
+    M, idx = rng.normal(size=(4, 2)), jnp.asarray([10, 0, 3, 2])
+    out = {"n_devices": len(jax.devices())}
+    with jax.enable_x64(True):
+        data = _blocks.device_data(X, devices=2, block_starts=[0, 3])
+        out["n_blocks"], out["is_sharded"] = data.n_blocks, data.is_sharded
+        out["layout"] = np.asarray(data.row_array(np.arange(11.0), edge=True)).tolist()
+        out["weights"] = np.asarray(data.row_weight).tolist()
+        out["back"] = data.host_rows(data.row_array(np.arange(11.0))).tolist()
+        out["table"] = np.asarray(data.block_array(np.arange(1.0, 6.0), (0, 2), 4)).tolist()
+
+        def pieces(M, view, ones):
+            rows = view.block
+            ones = view.weigh_rows(ones)
+            col_sums = view.tdot(ones)
+            (as_rows,) = view.sum_over_blocks(rows.tdot(ones, as_rows=True))
+            local = rows.dot(M)  # this block's rows, padding included
+            return view.dot(M), view.take_rows(idx), col_sums, as_rows, local
+
+        ones = data.row_array(np.ones((11, 1)))
+        run = jax.jit(lambda M, d, o: d.map(pieces, M, o,
+                                            per_row=(False, False, False, False, True)))
+        dot, taken, col_sums, as_rows, local = run(jnp.asarray(M), data, ones)
+    out["dot"], out["taken"] = np.asarray(dot).tolist(), np.asarray(taken).tolist()
+    out["col_sums"], out["as_rows"] = np.asarray(col_sums).tolist(), np.asarray(as_rows).tolist()
+    out["local"] = data.host_rows(local).tolist()
+    out["X"], out["M"], out["idx"] = X.tolist(), M.tolist(), np.asarray(idx).tolist()
+    print(json.dumps(out))
+    """
+)
+
+
+def test_blocks_cut_at_given_rows_over_two_devices():
+    """Blocks cut at row 3 of 11 (3 and 8 real rows, both padded to 8): every member of the
+    interface sees the real rows in their global order, the padding weighs nothing."""
+    out = _run_on_two_devices(CUT_SCRIPT, timeout=240)
+    assert out["n_devices"] == 2 and out["n_blocks"] == 2 and out["is_sharded"]
+    X, M, idx = np.array(out["X"]), np.array(out["M"]), out["idx"]
+    # block 0: rows 0-2 then its padding (edge: the block's last value), block 1: rows 3-10
+    assert out["layout"] == [0, 1, 2, 2, 2, 2, 2, 2, *range(3, 11)]
+    assert out["weights"] == [1.0] * 3 + [0.0] * 5 + [1.0] * 8
+    assert out["back"] == list(range(11))
+    assert out["table"] == [1, 2, 0, 0, 3, 4, 5, 0]
+    np.testing.assert_allclose(out["dot"], X @ M, rtol=1e-13)
+    np.testing.assert_allclose(out["local"], X @ M, rtol=1e-13)
+    np.testing.assert_array_equal(out["taken"], X[idx])
+    np.testing.assert_allclose(np.array(out["col_sums"])[:, 0], X.sum(axis=0), rtol=1e-13)
+    np.testing.assert_allclose(np.array(out["as_rows"])[0], X.sum(axis=0), rtol=1e-13)
+
+
+def test_block_starts_errors():
+    X = check_directional(np.random.default_rng(1).normal(size=(5, 3)))
+    with jax.enable_x64(True):
+        with pytest.raises(
+            ValueError,
+            match=r"block_starts must hold 1 increasing rows from 0 to at most 5 \(one per "
+            r"block\); got \[1\]",
+        ):
+            _blocks.device_data(X, block_starts=[1])
+        with pytest.raises(ValueError, match=r"block_starts must hold 1 .* got \[0, 2\]"):
+            _blocks.device_data(X, devices=1, block_starts=[0, 2])
+        with pytest.raises(ValueError, match="block_starts needs dense rows; got a sparse matrix"):
+            _blocks.device_data(sp.csr_matrix(X), block_starts=[0])
+
+
+def test_one_block_cut_row_array_edge_and_block_array():
+    X = check_directional(np.random.default_rng(2).normal(size=(5, 3)))
+    with jax.enable_x64(True):
+        data = _blocks.device_data(X, bucket=True, block_starts=[0])
+        assert data.block_rows == 8 and data.n_samples == 5 and not data.is_sharded
+        laid = np.asarray(data.row_array(np.arange(1, 6), edge=True))
+        table = np.asarray(data.block_array(np.array([7.0, 8.0]), (0,), 4))
+        counted = data.counted_by_weight()
+    np.testing.assert_array_equal(laid, [1, 2, 3, 4, 5, 5, 5, 5])
+    np.testing.assert_array_equal(table, [7.0, 8.0, 0.0, 0.0])
+    assert counted.n_samples == 8 and counted.starts is None
+
+
+@pytest.mark.parametrize("kind", ["dense", "blocks", "scipy", "segment_sum"])
+def test_tdot_as_rows_is_the_transposed_product(kind):
+    rng = np.random.default_rng(3)
+    X = check_directional(np.abs(rng.normal(size=(9, 4))))
+    R = rng.random((9, 2))
+    with jax.enable_x64(True):
+        if kind in ("scipy", "segment_sum"):
+            data = _blocks.device_data(sp.csr_matrix(X), kernel=kind)
+        else:
+            data = _blocks.device_data(X, bucket=kind == "blocks")
+        if kind == "blocks":
+            R = np.concatenate([R, np.zeros((data.block_rows - 9, 2))])
+        rows = data.block
+        got = np.asarray(rows.tdot(jnp.asarray(R), as_rows=True))
+        plain = np.asarray(rows.tdot(jnp.asarray(R)))
+        in32 = rows.tdot(jnp.asarray(R, jnp.float32), as_rows=True)
+    assert got.shape == (2, 4) and in32.dtype == jnp.float32
+    np.testing.assert_allclose(got, R[:9].T @ X, rtol=1e-13)
+    np.testing.assert_allclose(got, plain.T, rtol=1e-13)
