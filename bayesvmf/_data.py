@@ -32,6 +32,7 @@ import scipy.sparse as sp
 
 from bayesvmf import _host_kernel
 from bayesvmf._compile_cache import JIT_OPTIONS, count_trace
+from bayesvmf._program_cache import persistent_jit
 
 __all__ = [
     "DenseData",
@@ -515,8 +516,16 @@ def to_device(
     if isinstance(X, np.ndarray):
         X = X.astype(jnp.dtype(dtype), copy=False)  # cast on the host: no program for it
     X = jnp.asarray(X, dtype=dtype)
-    # X.T of a JAX array is already a new, row-major array: the copy itself
-    return DenseData(X, X.T if transposed else None)
+    return DenseData(X, _transposed(X) if transposed else None)
+
+
+@persistent_jit
+def _transposed(X):
+    """Return X.T as a new row-major array, by a program kept on disk.
+
+    An eager ``X.T`` is a program of its own, traced and lowered again in every new process.
+    """
+    return X.T
 
 
 def _data_dtype(data):

@@ -388,7 +388,7 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     -------
     EMState
     """
-    keys = jax.random.split(rng_key, n_init)
+    keys = _seeding.split_keys(rng_key, int(n_init))
     refined = int(hard_iter) > 0
     sample = _seeding.host_seeding_sample(rng_key, data, int(n_components))
     mu = _seed_batch(keys, data, int(n_components), init, np.int64(hard_iter), refined, sample)
