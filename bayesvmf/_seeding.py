@@ -129,13 +129,14 @@ def greedy_trials(n_components: int) -> int:
     return 2 + int(math.log(n_components))
 
 
-def kmeanspp_pick(rng_key, best, n_local_trials: int, select, cosines):
+def kmeanspp_pick(rng_key, best, n_local_trials: int, select, cosines, weights=None, draw=None):
     """Draw the next k-means++ seed; return it and the rows' new best cosines.
 
     Candidates are drawn with probability proportional to the dissimilarity 1 - best of each
-    row to its closest seed so far (uniformly when every row is a seed); with several
-    candidates (greedy k-means++ [3]_, section 5), the one leaving the smallest total
-    dissimilarity is kept. With one, the draws are those of plain k-means++.
+    row to its closest seed so far, times its weight (uniformly, or by weight, when every row
+    is a seed); with several candidates (greedy k-means++ [3]_, section 5), the one leaving
+    the smallest total (weighted) dissimilarity is kept. With one, the draws are those of
+    plain k-means++.
 
     Parameters
     ----------
@@ -148,16 +149,29 @@ def kmeanspp_pick(rng_key, best, n_local_trials: int, select, cosines):
         ``select(idx)`` returns the rows ``idx`` as a dense (m, d) array.
     cosines : callable
         ``cosines(rows)`` returns X @ rows.T of shape (n_samples, m).
+    weights : jax.Array of shape (n_samples,) or None
+        Positive row weights (word counts of VMFMix's vectors); None for ones.
+    draw : callable or None
+        ``draw(rng_key, logits, (n_local_trials,))`` returns the candidates' rows, drawn
+        with probabilities softmax(logits); None: :func:`jax.random.categorical`. (VMFMix
+        draws by each row's global number, so that a padded or sharded corpus draws alike.)
     """
     dissim = jnp.clip(1.0 - best, 0.0, None)
-    logits = jnp.where(dissim.sum() > 0, jnp.log(dissim), jnp.zeros_like(dissim))
-    if n_local_trials == 1:
+    if weights is None:
+        fallback = jnp.zeros_like(dissim)
+    else:
+        dissim, fallback = dissim * weights, jnp.log(weights)
+    logits = jnp.where(dissim.sum() > 0, jnp.log(dissim), fallback)
+    if draw is not None:
+        idx = draw(rng_key, logits, (n_local_trials,))
+    elif n_local_trials == 1:
         idx = jax.random.categorical(rng_key, logits)[None]
     else:
         idx = jax.random.categorical(rng_key, logits, shape=(n_local_trials,))
     rows = select(idx)
     candidates = jnp.maximum(best[:, None], cosines(rows))
-    pick = 0 if n_local_trials == 1 else jnp.argmin(jnp.sum(1.0 - candidates, axis=0))
+    loss = 1.0 - candidates if weights is None else weights[:, None] * (1.0 - candidates)
+    pick = 0 if n_local_trials == 1 else jnp.argmin(jnp.sum(loss, axis=0))
     return rows[pick], candidates[:, pick]
 
 

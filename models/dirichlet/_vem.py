@@ -14,11 +14,10 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
 
-from bayesvmf import _mixture, special
+from bayesvmf import _mixture, _seeding, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus
 
@@ -308,19 +307,17 @@ def _init_vem_state(
     # greedy k-means++ (as scikit-learn's): 2 + log K candidates per seed, keep the one that
     # lowers the potential most; plain k-means++ often seeds two topics in one cluster when
     # the clusters are noisy (cosines within a cluster ~ 0.5 against ~ 0 between clusters)
-    n_candidates = 2 + int(np.log(n_topics))
+    n_candidates = _seeding.greedy_trials(n_topics)
+
+    def draw(key, logits, shape):
+        return _sample_rows(key, logits, row_id, n_real, shape)
 
     def body(k, carry):
         mu, best = carry
-        gap = jnp.maximum(1.0 - best, 0.0) * w
-        logits = jnp.where(gap > 0, jnp.log(jnp.where(gap > 0, gap, 1.0)), -jnp.inf)
-        # all points already chosen (gap == 0 everywhere): fall back to the weights
-        logits = jnp.where(jnp.any(gap > 0), logits, jnp.log(w))
-        idx = _sample_rows(keys[k], logits, row_id, n_real, (n_candidates,))
-        new_best = jnp.maximum(best[:, None], rows.dot(rows.take_rows(idx).T))
-        potential = jnp.sum(w[:, None] * (1.0 - new_best), axis=0)
-        choice = jnp.argmin(potential)
-        return mu.at[k].set(rows.take_rows(idx[choice])), new_best[:, choice]
+        row, best = _seeding.kmeanspp_pick(
+            keys[k], best, n_candidates, rows.take_rows, lambda r: rows.dot(r.T), w, draw
+        )
+        return mu.at[k].set(row), best
 
     mu, _ = lax.fori_loop(1, n_topics, body, (mu, best))
 
