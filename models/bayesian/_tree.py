@@ -340,11 +340,8 @@ def _node_seeds(key, data, in_node, n_children: int, init: str) -> jax.Array:
         )
         return data.take_rows(jnp.where(in_node[idx], idx, idx[0]))
     keys = jax.random.split(key, n_children)
-    first = jax.random.categorical(keys[0], jnp.where(in_node, 0.0, -jnp.inf))
-    seed = data.take_rows(first[None])
-    mu = jnp.zeros((n_children, data.shape[1]), jnp.float64).at[0].set(seed[0])
-    # rows outside the node: best cosine 1, never drawn, no part of the potential
-    best = jnp.where(in_node, data.dot(seed.T)[:, 0], 1.0)
+    # rows outside the node: best cosine 1, never drawn, no part of the potential; before the
+    # first seed every row of the node is at dissimilarity 1, so the first draw is uniform
     uniform = jnp.where(in_node, 0.0, 1.0)
 
     def pick(k, carry):
@@ -356,4 +353,5 @@ def _node_seeds(key, data, in_node, n_children: int, init: str) -> jax.Array:
         )
         return mu.at[k].set(row), jnp.maximum(best, drawn)
 
-    return jax.lax.fori_loop(1, n_children, pick, (mu, best))[0]
+    mu = jnp.zeros((n_children, data.shape[1]), jnp.float64)
+    return jax.lax.fori_loop(0, n_children, pick, (mu, uniform))[0]
