@@ -75,7 +75,7 @@ def e_statistics(data, log_weights, mu, kappa, log_c):
     return data.sum_over_blocks(resultant, resp_sum, log_likelihood)
 
 
-def crisp_statistics(data, mu: jax.Array):
+def crisp_statistics(data, mu: jax.Array, weights: jax.Array | None = None):
     """Crisp assignment to the closest seed by cosine, and its statistics (Algorithm 4 of [1]_).
 
     On row blocks padding rows weigh 0 and the sums are added over devices.
@@ -84,6 +84,9 @@ def crisp_statistics(data, mu: jax.Array):
     ----------
     data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
     mu : jax.Array of shape (n_components, n_features)
+    weights : jax.Array of shape (n_rows,) or None
+        Weight of each row a device sees (laid out by ``data.row_array``), e.g. 0 or 1 to
+        restrict the statistics to some rows (H-vMFmix's top-down start); None: every row 1.
 
     Returns
     -------
@@ -91,7 +94,10 @@ def crisp_statistics(data, mu: jax.Array):
     resp_sum : jax.Array of shape (n_components,)
     """
     labels = jnp.argmax(data.block.dot(mu.T), axis=1)
-    return weighted_resultants(data, jax.nn.one_hot(labels, mu.shape[0], dtype=jnp.float64))
+    onehot = jax.nn.one_hot(labels, mu.shape[0], dtype=jnp.float64)
+    if weights is not None:
+        onehot = onehot * weights[:, None]
+    return weighted_resultants(data, onehot)
 
 
 def weighted_resultants(data, weights: jax.Array):
@@ -161,7 +167,7 @@ def refine(data, mu, max_passes):
     return split_merge(data, spherical_kmeans(data, mu, max_passes), max_passes)[0]
 
 
-def spherical_kmeans(data, mu, max_passes):
+def spherical_kmeans(data, mu, max_passes, weights=None):
     """Refine mean directions by hard spherical k-means passes (Lloyd; Banerjee et al. [2]_).
 
     Each pass assigns every row to its closest direction by cosine and replaces each
@@ -178,6 +184,8 @@ def spherical_kmeans(data, mu, max_passes):
     mu : jax.Array of shape (K, d)
         Seeds (unit rows).
     max_passes : int64 scalar (traced)
+    weights : jax.Array of shape (n_rows,) or None
+        Row weights of :func:`crisp_statistics` (0 leaves a row out of the passes).
 
     Returns
     -------
@@ -190,7 +198,7 @@ def spherical_kmeans(data, mu, max_passes):
 
     def one_pass(carry):
         it, mu, _, previous = carry
-        resultant, _ = crisp_statistics(data, mu)
+        resultant, _ = crisp_statistics(data, mu, weights)
         # the objective of this assignment at the directions that made it
         score = jnp.sum(mu * resultant)
         return it + 1, normalised(resultant, mu), score - previous, score

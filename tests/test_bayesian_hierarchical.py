@@ -143,6 +143,25 @@ def test_paths_unbalanced_tree():
         _tree.paths_to_leaves(parents, np.array([0, 3]))
 
 
+@pytest.mark.parametrize("init", ["spherical-kmeans++", "random"])
+def test_top_down_seeds_are_rows_of_the_node(init):
+    """A node's split seeds from its rows only (the others masked): distinct rows when it has
+    enough, its rows again when it has fewer distinct rows than children."""
+    X = np.random.default_rng(0).normal(size=(12, 5))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    X[[3, 7]] = X[9]
+    data = _data.to_device(X, transposed=True)
+    seeds = jax.jit(_tree._node_seeds, static_argnames=("n_children", "init"))
+    for rows in ([3, 7, 9], [5], [1, 2, 3, 4, 5, 6]):
+        in_node = jnp.asarray(np.isin(np.arange(12), rows))
+        for seed in range(4):
+            mu = np.asarray(seeds(jax.random.key(seed), data, in_node, n_children=4, init=init))
+            cos = mu @ X.T
+            assert np.isclose(cos[:, rows], 1.0).any(axis=1).all(), (rows, seed)
+            if len(rows) > 4:
+                assert np.isclose(cos[:, rows], 1.0).any(axis=0).sum() == 4, (rows, seed)
+
+
 # ---- fitting ----------------------------------------------------------------------------------
 
 

@@ -228,9 +228,11 @@ def test_partial_fit_guard_single_row_component(outlier):
 
 def test_hierarchical_guard_single_row_leaf(outlier):
     X, _ = outlier
-    # random_state=5: the top-down seeding gives the far row a leaf of its own
+    # random_state=4: the fit from its top-down start gives the far row a leaf of its own
+    # (with this start about one seed in four does, as with the start before the shared
+    # spherical k-means, whose seed 5 this was)
     model = HierarchicalVMFMixture(
-        balanced_tree((K,)), kappa_update="bounding", max_iter=5, random_state=5
+        balanced_tree((K,)), kappa_update="bounding", max_iter=5, random_state=4
     )
     with pytest.warns(DegenerateRunWarning) as record:
         _quiet(model.fit, X)

@@ -201,6 +201,22 @@ def test_crisp_statistics_assign_to_closest_seed(X):
     np.testing.assert_array_equal(resp_sum, onehot.sum(axis=0))
 
 
+def test_weighted_hard_passes_are_the_passes_over_those_rows(X):
+    """Row weights 0/1 in spherical_kmeans (H-vMFmix's top-down start) give the passes over
+    the rows of weight 1 alone; weights all 1 give the unweighted passes exactly."""
+    data = _all_data(X)["scipy"]
+    keep = np.arange(N) % 3 != 0
+    mu = _seeding.init_random_rows(jax.random.key(0), data, K)
+    passes = np.int64(20)
+    weighted = _parallel.spherical_kmeans(data, mu, passes, jnp.asarray(keep, jnp.float64))
+    alone = _parallel.spherical_kmeans(_all_data(X[keep])["scipy"], mu, passes)
+    every = _parallel.spherical_kmeans(data, mu, passes)
+    np.testing.assert_allclose(weighted, alone, atol=1e-13)
+    assert np.abs(np.asarray(weighted) - np.asarray(every)).max() > 1e-3
+    ones = _parallel.spherical_kmeans(data, mu, passes, jnp.ones(N))
+    np.testing.assert_array_equal(ones, every)
+
+
 @pytest.mark.parametrize("method", ["spherical-kmeans++", "greedy-spherical-kmeans++"])
 def test_kmeanspp_seeds_are_distinct_rows(X, method):
     for mu in _seeds(_seeding.INIT_METHODS[method], _all_data(X)["scipy"]):

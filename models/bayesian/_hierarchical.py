@@ -116,10 +116,10 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         per device (``jax.sharding``; padding rows weigh 0); every device computes q(z) of
         its rows and their statistics (N_l, r_l, the entropy of q(z)), which are added with
         ``psum``; the updates of q(pi), q(mu_n), q(kappa_n) and empirical Bayes run
-        replicated. The result equals the one-device fit to floating-point accuracy. The
-        top-down initialisation (:func:`top_down_labels`) needs all rows at once and runs
-        on the host, on the checked input; the crisp statistics it starts from are computed
-        on the devices. An int n means the first n of ``jax.devices()``; None is the default
+        replicated. The result equals the one-device fit to floating-point accuracy; the
+        top-down initialisation (:func:`top_down_labels`) runs on the devices too (each
+        device's hard k-means statistics added over devices, the seeds drawn alike on
+        every device). An int n means the first n of ``jax.devices()``; None is the default
         device. ``fit`` and ``fit_predict`` shard; ``predict``, ``score_samples`` etc. run
         on the default device.
 
@@ -259,7 +259,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
             data = _blocks.device_data(Xc, devices=devices, transposed=True)
-            self._fit(data, make_key(self.random_state), host=Xc)
+            self._fit(data, make_key(self.random_state))
             if not data.is_sharded:
                 weighted_log_prob = self._estimate_weighted_log_prob(data.without_transpose())
                 return np.asarray(jnp.argmax(weighted_log_prob, axis=1))
@@ -318,12 +318,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
 
     # ---- fitting ----------------------------------------------------------------------------
 
-    def _fit(self, data, rng_key, host=None) -> None:
-        """Fit to device data (plain, or row blocks over devices).
-
-        ``host``: the checked input on the host, for the top-down initialisation (needed with
-        row blocks; by default read back from plain device data).
-        """
+    def _fit(self, data, rng_key) -> None:
+        """Fit to device data (plain, or row blocks over devices)."""
         parents = self._tree_parents()
         tree = make_tree(parents)
         n, d = data.shape
@@ -338,7 +334,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         )
 
         def start(init_key):
-            labels = top_down_labels(init_key, data if host is None else host, parents, self.init)
+            labels = top_down_labels(init_key, data, parents, self.init)
             stats = _crisp(data, labels, L)
             return initial_state(tree, parents, d, stats, mu0, self), stats
 

@@ -20,9 +20,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.sparse as sp
 
-from bayesvmf import _data
+from bayesvmf import _parallel, _seeding
+from bayesvmf._compile_cache import JIT_OPTIONS, count_trace
+from bayesvmf._program_cache import persistent_jit
 
 __all__ = [
     "check_parents",
@@ -251,73 +252,106 @@ def paths_to_leaves(parents: np.ndarray, labels) -> np.ndarray:
     return table[labels]
 
 
-def host_matrix(data):
-    """Return the data as a host NumPy array or SciPy CSR matrix (initialisation).
-
-    ``data`` is device data (:class:`~bayesvmf._data.DenseData` or
-    :class:`~bayesvmf._data.SparseData` of one block) or the checked host input itself
-    (an ndarray or a SciPy sparse matrix: what a fit over several devices passes).
-    """
-    if isinstance(data, np.ndarray):
-        return data.astype(np.float64, copy=False)
-    if sp.issparse(data):
-        return sp.csr_matrix(data).astype(np.float64, copy=False)
-    if isinstance(data, _data.DenseData):
-        return np.asarray(data.X, np.float64)
-    return _data.host_csr(data).astype(np.float64, copy=False)
-
-
-def _dense_rows(X, j):
-    row = X[j]
-    return np.asarray(row.toarray()).ravel() if hasattr(row, "toarray") else np.asarray(row)
-
-
-#: Lloyd iterations of spherical k-means at each node of the top-down initialisation.
+#: Hard spherical k-means passes at each node of the top-down initialisation, at most (they
+#: stop earlier once a pass gains less than :data:`bayesvmf._parallel.HARD_RTOL`).
 INIT_LLOYD_STEPS = 10
 
 
 def top_down_labels(rng_key, data, parents: np.ndarray, init: str) -> np.ndarray:
     """Return the initial leaf of each row, by top-down spherical k-means along the tree.
 
-    The rows of each internal node (all rows at the root), taken breadth first, are split
-    among its children by spherical k-means (``INIT_LLOYD_STEPS`` Lloyd steps) seeded by
-    spherical k-means++ (``init="spherical-kmeans++"``) or by uniformly drawn rows
-    (``"random"``). Sibling leaves then start on nearby data, which a flat seeding does not
-    ensure: the variational updates cannot move a cluster across the tree afterwards.
+    The start of H-vMFmix's variational inference (sec. 3.2 of Gopal & Yang [1]_, whose
+    updates cannot move a cluster across the tree afterwards): the rows of each internal
+    node (all rows at the root), taken breadth first, are split among its children, so that
+    sibling leaves start on nearby data, which a flat seeding does not ensure. Each split is
+    the shared spherical k-means of the other mixtures, restricted to the node's rows: seeds
+    by :func:`bayesvmf._seeding.kmeanspp_pick` (``init="spherical-kmeans++"``; the first
+    seed a uniform row of the node) or distinct uniform rows of the node (``"random"``),
+    refined by at most :data:`INIT_LLOYD_STEPS` passes of
+    :func:`bayesvmf._parallel.spherical_kmeans` over the node's rows; each row of the node
+    then goes to the child of its closest direction.
 
-    ``data``: device data of one block, or the checked host matrix (:func:`host_matrix`).
+    One compiled program per number of children serves every node: it sees all rows, those
+    outside the node masked (best cosine 1 for the seeding, so that they are never drawn and
+    add nothing to its potential; weight 0 in the hard passes).
+
+    Parameters
+    ----------
+    rng_key : jax.Array
+        Key of the initialisation; node n uses ``fold_in(rng_key, n)``.
+    data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
+        The rows (row blocks over devices give the labels of one device).
+    parents : ndarray of int of shape (N,)
+        A validated parent array.
+    init : {"spherical-kmeans++", "random"}
 
     Returns
     -------
     ndarray of int of shape (n_samples,)
         Leaf index (0..L-1) of each row.
     """
-    X = host_matrix(data)
-    rng = np.random.default_rng(np.asarray(jax.random.key_data(rng_key)).ravel()[-1])
-    node_of = np.zeros(X.shape[0], np.int64)
-    depth = node_depths(parents)
-    for node in np.argsort(depth, kind="stable"):
-        children = np.flatnonzero(parents == node)
-        rows = np.flatnonzero(node_of == node)
-        if children.size == 0 or rows.size == 0:
-            continue
-        Xr = X[rows]
-        k = children.size
-        seeds = [int(rng.integers(rows.size))]
-        best = np.asarray(Xr @ _dense_rows(Xr, seeds[0])).ravel()
-        for _ in range(1, k):
-            weight = np.clip(1.0 - best, 0.0, None)
-            if init == "random" or weight.sum() <= 0:
-                seeds.append(int(rng.integers(rows.size)))
-            else:
-                seeds.append(int(rng.choice(rows.size, p=weight / weight.sum())))
-            best = np.maximum(best, np.asarray(Xr @ _dense_rows(Xr, seeds[-1])).ravel())
-        mu = np.stack([_dense_rows(Xr, j) for j in seeds])
-        for _ in range(INIT_LLOYD_STEPS):
-            assign = np.argmax(np.asarray(Xr @ mu.T), axis=1)
-            total = np.asarray(Xr.T @ np.eye(k)[assign]).T
-            norm = np.linalg.norm(total, axis=1, keepdims=True)
-            mu = np.where(norm > 0, total / np.where(norm > 0, norm, 1.0), mu)
-        node_of[rows] = children[np.argmax(np.asarray(Xr @ mu.T), axis=1)]
-    leaves = leaves_of(parents)
-    return np.searchsorted(leaves, node_of)
+    with jax.enable_x64(True):
+        max_passes = jnp.asarray(INIT_LLOYD_STEPS, jnp.int64)
+        node_of = np.zeros(data.shape[0], np.int64)
+        for node in np.argsort(node_depths(parents), kind="stable"):
+            children = np.flatnonzero(parents == node)
+            in_node = node_of == node
+            if children.size == 0 or not in_node.any():
+                continue
+            child = _split_node(
+                jax.random.fold_in(rng_key, int(node)),
+                data,
+                jnp.asarray(in_node),
+                data.row_array(in_node.astype(np.float64)),
+                max_passes,
+                n_children=int(children.size),
+                init=init,
+            )
+            node_of[in_node] = children[np.asarray(child)[in_node]]
+    return np.searchsorted(leaves_of(parents), node_of)
+
+
+@persistent_jit(static_argnames=("n_children", "init"), compiler_options=JIT_OPTIONS)
+def _split_node(key, data, in_node, row_weight, max_passes, n_children: int, init: str):
+    """Closest of ``n_children`` directions of each row, from the rows ``in_node`` (n,) only.
+
+    ``row_weight``: ``in_node`` as float laid out like the rows (``data.row_array``). On row
+    blocks each device refines over its own rows (sums added over devices) and every device
+    returns the labels of all rows.
+    """
+    count_trace("hierarchical.top_down")
+
+    def body(args, data, row_weight):
+        key, in_node, max_passes = args
+        mu = _node_seeds(key, data, in_node, n_children, init)
+        mu = _parallel.spherical_kmeans(data, mu, max_passes, row_weight)
+        return jnp.argmax(data.dot(mu.T), axis=1)
+
+    return data.map(body, (key, in_node, max_passes), row_weight)
+
+
+def _node_seeds(key, data, in_node, n_children: int, init: str) -> jax.Array:
+    """Seeds (n_children, d) drawn from the rows ``in_node`` (a bool mask of all n rows)."""
+    n_rows = in_node.shape[0]
+    if init == "random":
+        # distinct rows when the node has enough (otherwise the extra draws repeat the first)
+        idx = jax.random.choice(
+            key, n_rows, (n_children,), replace=False, p=in_node / jnp.sum(in_node)
+        )
+        return data.take_rows(jnp.where(in_node[idx], idx, idx[0]))
+    keys = jax.random.split(key, n_children)
+    # rows outside the node: best cosine 1, never drawn, no part of the potential; before the
+    # first seed every row of the node is at dissimilarity 1, so the first draw is uniform
+    uniform = jnp.where(in_node, 0.0, 1.0)
+
+    def pick(k, carry):
+        mu, best = carry
+        # every row of the node already a seed (repeated rows): a uniform row of the node
+        left = jnp.sum(jnp.clip(1.0 - best, 0.0, None)) > 0
+        row, drawn = _seeding.kmeanspp_pick(
+            keys[k], jnp.where(left, best, uniform), 1, data.take_rows, lambda r: data.dot(r.T)
+        )
+        return mu.at[k].set(row), jnp.maximum(best, drawn)
+
+    mu = jnp.zeros((n_children, data.shape[1]), jnp.float64)
+    return jax.lax.fori_loop(0, n_children, pick, (mu, uniform))[0]
