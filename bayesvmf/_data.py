@@ -283,7 +283,15 @@ class SparseData(_PlainData):
         return sum(block.nnz for block in host_blocks(self))
 
     def take_rows(self, idx: jax.Array) -> jax.Array:
-        """Return the rows ``X[idx]`` as a dense float64 (len(idx), d) array (``X.T @ onehot``)."""
+        """Return the rows ``X[idx]`` as a dense float64 (len(idx), d) array.
+
+        Read from the host CSR matrix on the CPU "scipy" kernel (the nonzeros of those rows,
+        :func:`bayesvmf._host_kernel.scipy_rows`); otherwise ``X.T @ onehot(idx)``, a pass
+        over all of X (the same numbers: each entry is one stored value times 1).
+        """
+        if self.kernel == "scipy" and _host_kernel.available():
+            rows = _host_kernel.scipy_rows(self.handle, idx, shape=self.shape, dtype=self.dtype)
+            return rows.astype(jnp.float64)
         onehot = jax.nn.one_hot(idx, self.shape[0], dtype=jnp.float64).T
         return self.tdot(onehot).T
 
@@ -530,6 +538,15 @@ def _transposed(X):
 
 def _data_dtype(data):
     return data.X.dtype if isinstance(data, DenseData) else data.dtype
+
+
+def _host_rows(handle, idx, *, shape):
+    """Host side of :func:`bayesvmf._host_kernel.scipy_rows`: ``X[idx]`` dense, (..., m, d)."""
+    A = _lookup(handle)
+    if A.shape != shape:  # pragma: no cover - guarded by construction
+        raise ValueError(f"host block of shape {A.shape} where {shape} was expected")
+    idx = np.asarray(idx)
+    return A[idx.reshape(-1)].toarray().reshape(*idx.shape, shape[1])
 
 
 def _host_product(handle, B, *, shape, transpose, bits):

@@ -17,6 +17,10 @@ raw operand and result buffers: the registry handle of the host block (int32), t
 calls :func:`bayesvmf._data._host_product` on a view of B (no copy) and writes the
 product into the result buffer. :mod:`ctypes` takes the GIL for the call.
 
+A second target, ``bayesvmf_scipy_csr_rows``, returns rows ``X[idx]`` dense (the seeds of
+k-means++ and of random rows): read from the CSR matrix, they cost the nonzeros of those
+rows, where ``X.T @ onehot(idx)`` through the product costs a pass over all of X.
+
 An error in the host function (a released host block) cannot be reported through XLA's
 status from Python: the result is filled with NaN and the exception is printed by
 :mod:`ctypes` ("Exception ignored on calling ctypes callback function"), never silent.
@@ -33,10 +37,11 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-__all__ = ["TARGET", "available", "scipy_product"]
+__all__ = ["ROWS_TARGET", "TARGET", "available", "scipy_product", "scipy_rows"]
 
-#: Name of the custom call target (registered for the CPU platform at import).
+#: Names of the custom call targets (registered for the CPU platform at import).
 TARGET = "bayesvmf_scipy_csr_product"
+ROWS_TARGET = "bayesvmf_scipy_csr_rows"
 
 #: XLA's ``CustomCallApiVersion.API_VERSION_STATUS_RETURNING_UNIFIED``: the target is
 #: ``void(void* out, const void** in, const char* opaque, size_t opaque_len, void* status)``.
@@ -137,6 +142,68 @@ def _batch(args, dims, *, shape, transpose):
 batching.primitive_batchers[_product_p] = _batch
 
 
+def _run_rows(out, operands, opaque, opaque_len, status):  # pragma: no cover - called by XLA
+    """Host side of the rows target: X[idx] of the registered block, dense."""
+    from bayesvmf._data import _host_rows
+
+    shape, _, pointer, idx_shape, out_shape = _parse(ctypes.string_at(opaque, opaque_len))
+    result = np.ctypeslib.as_array(ctypes.cast(out, pointer), shape=out_shape)
+    try:
+        handle = ctypes.cast(operands[0], ctypes.POINTER(ctypes.c_int32))[0]
+        idx = np.ctypeslib.as_array(
+            ctypes.cast(operands[1], ctypes.POINTER(ctypes.c_int32)), shape=idx_shape
+        )
+        result[...] = _host_rows(handle, idx, shape=shape)
+    except BaseException:
+        result[...] = np.nan
+        raise
+
+
+_ROWS_FUNCTION = _SIGNATURE(_run_rows)
+jax.ffi.register_ffi_target(
+    ROWS_TARGET,
+    jax.ffi.pycapsule(ctypes.cast(_ROWS_FUNCTION, ctypes.c_void_p).value),
+    platform="cpu",
+    api_version=0,
+)
+
+_rows_p = Primitive("bayesvmf_scipy_csr_rows")
+
+
+@_rows_p.def_impl
+def _rows_impl(handle, idx, *, shape, dtype):
+    return jax.jit(functools.partial(_rows_p.bind, shape=shape, dtype=dtype))(handle, idx)
+
+
+@_rows_p.def_abstract_eval
+def _rows_abstract_eval(handle, idx, *, shape, dtype):
+    return jax.core.ShapedArray((*idx.shape, shape[1]), np.dtype(dtype))
+
+
+def _rows_lowering(ctx, handle, idx, *, shape, dtype):
+    # the product's description with transpose 0; the dtype is the result's
+    out_aval = ctx.avals_out[0]
+    config = _describe(shape, False, out_aval, out_aval).split(";")
+    config[3] = ",".join(str(int(v)) for v in ctx.avals_in[1].shape)
+    return jax.ffi.ffi_lowering(
+        ROWS_TARGET, backend_config=";".join(config), api_version=_API_VERSION
+    )(ctx, handle, idx)
+
+
+mlir.register_lowering(_rows_p, _rows_lowering, platform="cpu")
+
+
+def _rows_batch(args, dims, *, shape, dtype):
+    """Batch over the indices only: their leading axes are kept in the result's."""
+    handle, idx = args
+    if dims[0] is not None:
+        raise ValueError("the sparse data of a product cannot be batched (vmapped)")
+    return _rows_p.bind(handle, jnp.moveaxis(idx, dims[1], 0), shape=shape, dtype=dtype), 0
+
+
+batching.primitive_batchers[_rows_p] = _rows_batch
+
+
 def available() -> bool:
     """Whether the custom call serves the products: programs placed on the CPU backend."""
     return jax.default_backend() == "cpu"
@@ -164,3 +231,25 @@ def scipy_product(handle, B, *, shape: tuple[int, int], transpose: bool):
     """
     shape = (int(shape[0]), int(shape[1]))
     return _product_p.bind(handle, B, shape=shape, transpose=bool(transpose))
+
+
+def scipy_rows(handle, idx, *, shape: tuple[int, int], dtype) -> jax.Array:
+    """Return the rows ``X[idx]`` of the registered host block ``handle``, dense (CPU).
+
+    Parameters
+    ----------
+    handle : jax.Array of int32, shape (1,)
+    idx : jax.Array of int, shape (..., m)
+        Row numbers in [0, n_samples). Leading axes are batches (vmapped restarts).
+    shape : tuple of int
+        (n_samples, n_features) of X, static.
+    dtype : dtype of X's stored values (that of the result)
+
+    Returns
+    -------
+    jax.Array of shape (..., m, n_features)
+    """
+    shape = (int(shape[0]), int(shape[1]))
+    return _rows_p.bind(
+        handle, jnp.asarray(idx, jnp.int32), shape=shape, dtype=np.dtype(dtype).name
+    )

@@ -274,3 +274,29 @@ def test_host_kernel_products_equal_scipy():
         jax.vmap(lambda h: _host_kernel.scipy_product(h, B32, shape=A.shape, transpose=False))(
             np.stack([handle32, handle32])
         )
+
+
+def test_host_kernel_rows_equal_scipy_and_the_onehot_product():
+    """The rows target: X[idx] dense, vmapped, float32 and float64, equal bit for bit to
+    X.T @ onehot(idx), what SparseData.take_rows computed before, and cached like products."""
+    from bayesvmf import _host_kernel
+    from bayesvmf._data import register_host_block
+
+    A = scipy.sparse.random(40, 9, density=0.3, random_state=1, format="csr")
+    idx = np.array([[3, 0, 39], [7, 7, 1]])
+    for dtype in (np.float64, np.float32):
+        Ad = A.astype(dtype)
+        handle, anchor = register_host_block(Ad)
+        with jax.enable_x64(True):
+            rows = jax.jit(
+                jax.vmap(lambda i: _host_kernel.scipy_rows(handle, i, shape=A.shape, dtype=dtype))
+            )(idx)
+            onehot = jax.nn.one_hot(idx[0], A.shape[0], dtype=dtype).T
+            product = _host_kernel.scipy_product(handle, onehot, shape=A.shape, transpose=True)
+        assert rows.dtype == dtype and rows.shape == (2, 3, 9)
+        np.testing.assert_array_equal(rows, np.stack([Ad[i].toarray() for i in idx]))
+        np.testing.assert_array_equal(rows[0], np.asarray(product).T)
+    with pytest.raises(ValueError, match="the sparse data of a product cannot be batched"):
+        jax.vmap(lambda h: _host_kernel.scipy_rows(h, idx[0], shape=A.shape, dtype=np.float32))(
+            np.stack([handle, handle])
+        )
