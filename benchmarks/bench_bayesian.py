@@ -23,7 +23,8 @@ H-vMFmix (``HierarchicalVMFMixture``) on the same split, for two balanced trees 
 kappa schemes, empirical Bayes on, C0 = 1, max_iter = 100 and tol = 1e-6 as for B-vMFmix.
 It does NOT start from the shared k-means++ assignment: the model only takes its own
 documented initialisation, a top-down split along the tree (the rows of each internal node
-divided among its children by spherical k-means++ seeds and 10 Lloyd steps; random_state=0),
+divided among its children by spherical k-means++ seeds and at most 10 hard spherical k-means
+passes; random_state=0),
 because a flat seeding can put far-apart clusters under one parent and VI never regroups
 them (docs/bayesian_hierarchical_temporal.md, "Initialisation"). ``score`` is its log
 posterior predictive (closed form in pi and mu, 20-node Gauss-Hermite over q(kappa)).
