@@ -14,6 +14,7 @@ corpus with 20M nonzeros).
 import argparse
 import json
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ VS_KMEANS_TARGET = 1.0  # SparseVMFMixture no slower than KMeans
 VI_VS_KMEANS_TARGET = 1.5  # BayesianVMFMixture VI within 1.5x of KMeans (dense case)
 DENSE_ARI_MARGIN = 0.01  # dense case: ARI >= KMeans' - 0.01
 TFIDF_ARI_FRACTION = 0.99  # tf-idf case: ARI >= 0.99 KMeans'
+FIRST_FIT_TARGET = 2.0  # a fresh process's first fit, after one earlier process: <= 2x steady
 
 #: keys, anywhere in a results file, holding the ratio of one iteration to its floor
 FLOOR_RATIO_KEY = re.compile(r"(over_floor|iteration.*_ratio|ratio_to_floor)$")
@@ -109,6 +111,23 @@ def vs_sklearn_rows(data: dict) -> list[tuple[str, str, str, str]]:
                     f"vs_sklearn.json: {case['case']}",
                     f"{r['ratio_to_kmeans']:.2f}x; {ari_text}; converged {converged}",
                     "met" if met else "missed",
+                )
+            )
+    first_fits = data.get("first_fits", [])
+    for name in dict.fromkeys(r["estimator"] for r in first_fits):
+        later = [
+            r["first_over_second"]
+            for r in first_fits
+            if r["estimator"] == name and r["process"] > 1
+        ]
+        if later:
+            ratio = statistics.median(later)
+            rows.append(
+                (
+                    f"{name} first fit in a fresh process <= 2x its second (issue 19)",
+                    f"vs_sklearn.json: first_fits, median of processes 2-{len(later) + 1}",
+                    f"{ratio:.2f}x ({', '.join(f'{v:.2f}' for v in later)})",
+                    _verdict(ratio, FIRST_FIT_TARGET),
                 )
             )
     return rows
