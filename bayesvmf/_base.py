@@ -132,6 +132,11 @@ def make_key(random_state) -> jax.Array:
         if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
             return seed
         return jax.random.wrap_key_data(seed)
+    if jax.config.jax_default_prng_impl == "threefry2x32" and 0 <= seed < 2**63:
+        # jax.random.key's threefry key data, the seed's high and low 32 bits, made on the
+        # host: jax.random.key is two eager programs, traced and lowered again in every new
+        # process (the first fit's wait)
+        return jax.random.wrap_key_data(np.array([seed >> 32, seed & 0xFFFFFFFF], np.uint32))
     # 64-bit seeds: without x64, jax.random.key truncates a seed >= 2**32 (the estimators
     # always called it inside their x64 scope, so this keeps every fitted number)
     with jax.enable_x64(True):

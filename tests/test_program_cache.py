@@ -190,3 +190,60 @@ def test_static_functions_by_name_and_unnamed_ones_not_kept(tmp_path):
         assert len(_files(tmp_path)) == 1  # keyed by the function's module and name
         np.testing.assert_array_equal(_apply(lambda v: 2.0 * v, x), [1.0, 3.0, 5.0])
     assert len(_files(tmp_path)) == 1  # a lambda has no name to key it by: plain jit
+
+
+EAGER_SCRIPT = """
+import logging, sys, warnings
+import jax, numpy as np
+import bayesvmf
+from bayesvmf.models import BayesianVMFMixture, SparseVMFMixture
+
+bayesvmf.set_compilation_cache(True, sys.argv[1])
+names = []
+
+
+class Names(logging.Handler):
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("Compiling "):
+            names.append(message.split()[1])
+
+
+logging.getLogger("jax").addHandler(Names())
+logging.getLogger("jax").setLevel(logging.WARNING)
+jax.config.update("jax_log_compiles", True)
+warnings.simplefilter("ignore")
+rng = np.random.default_rng(0)
+X = rng.normal(size=(60, 4)) + 3 * np.repeat(np.eye(4)[:3], 20, axis=0)
+SparseVMFMixture(3, random_state=0, max_iter=5).fit(X)
+BayesianVMFMixture(3, random_state=0, max_iter=5).fit(X)
+print(" ".join(names))
+"""
+
+
+def test_a_default_dense_fit_runs_no_eager_operation(tmp_path):
+    """In a process after the one that filled the cache, a default fit of dense data compiles
+    only deserialised programs (``jit(call)``): an eager operation (a key split, a transpose,
+    a sum outside a program) would be traced and lowered again in every new process."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != ENV_DISABLE}
+
+    def run():
+        proc = subprocess.run(
+            [sys.executable, "-c", EAGER_SCRIPT, str(tmp_path / "jax")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.split()
+
+    run()
+    names = run()
+    assert names, "no program compiled at all: the log capture is broken"
+    assert set(names) == {"jit(call)"}, names
