@@ -107,12 +107,6 @@ jax.ffi.register_ffi_target(
 _product_p = Primitive("bayesvmf_scipy_csr_product")
 
 
-@_product_p.def_impl
-def _impl(handle, B, *, shape, transpose):
-    """Outside a program: compile the product alone (as every jax primitive does)."""
-    return jax.jit(functools.partial(_product_p.bind, shape=shape, transpose=transpose))(handle, B)
-
-
 @_product_p.def_abstract_eval
 def _abstract_eval(handle, B, *, shape, transpose):
     rows = shape[1] if transpose else shape[0]
@@ -128,18 +122,6 @@ def _lowering(ctx, handle, B, *, shape, transpose):
 
 
 mlir.register_lowering(_product_p, _lowering, platform="cpu")
-
-
-def _batch(args, dims, *, shape, transpose):
-    """Batch over B only: its leading axes become columns of shared passes over X."""
-    handle, B = args
-    if dims[0] is not None:
-        raise ValueError("the sparse data of a product cannot be batched (vmapped)")
-    B = jnp.moveaxis(B, dims[1], 0)
-    return _product_p.bind(handle, B, shape=shape, transpose=transpose), 0
-
-
-batching.primitive_batchers[_product_p] = _batch
 
 
 def _run_rows(out, operands, opaque, opaque_len, status):  # pragma: no cover - called by XLA
@@ -170,11 +152,6 @@ jax.ffi.register_ffi_target(
 _rows_p = Primitive("bayesvmf_scipy_csr_rows")
 
 
-@_rows_p.def_impl
-def _rows_impl(handle, idx, *, shape, dtype):
-    return jax.jit(functools.partial(_rows_p.bind, shape=shape, dtype=dtype))(handle, idx)
-
-
 @_rows_p.def_abstract_eval
 def _rows_abstract_eval(handle, idx, *, shape, dtype):
     return jax.core.ShapedArray((*idx.shape, shape[1]), np.dtype(dtype))
@@ -193,15 +170,29 @@ def _rows_lowering(ctx, handle, idx, *, shape, dtype):
 mlir.register_lowering(_rows_p, _rows_lowering, platform="cpu")
 
 
-def _rows_batch(args, dims, *, shape, dtype):
-    """Batch over the indices only: their leading axes are kept in the result's."""
-    handle, idx = args
-    if dims[0] is not None:
-        raise ValueError("the sparse data of a product cannot be batched (vmapped)")
-    return _rows_p.bind(handle, jnp.moveaxis(idx, dims[1], 0), shape=shape, dtype=dtype), 0
+def _register(primitive) -> None:
+    """Register the eager call and the batching rule of a host-block primitive.
+
+    Outside a program the primitive is compiled alone (as every jax primitive is). Only the
+    second operand (B, or the row numbers) may be batched: its leading axes become batches
+    of the result, served by shared passes over X; the host block cannot be.
+    """
+
+    def impl(handle, operand, **params):
+        return jax.jit(functools.partial(primitive.bind, **params))(handle, operand)
+
+    def batch(args, dims, **params):
+        handle, operand = args
+        if dims[0] is not None:
+            raise ValueError("the sparse data of a product cannot be batched (vmapped)")
+        return primitive.bind(handle, jnp.moveaxis(operand, dims[1], 0), **params), 0
+
+    primitive.def_impl(impl)
+    batching.primitive_batchers[primitive] = batch
 
 
-batching.primitive_batchers[_rows_p] = _rows_batch
+_register(_product_p)
+_register(_rows_p)
 
 
 def available() -> bool:

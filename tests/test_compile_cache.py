@@ -227,21 +227,26 @@ SCRIPT = textwrap.dedent(
 )
 
 
+def _run_script(script: str, folder) -> str:
+    """Run ``script`` in a new Python process with the cache folder ``folder``; its stdout."""
+    env = {k: v for k, v in os.environ.items() if k != ENV_DISABLE}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 def test_a_later_process_reads_the_fit_back(tmp_path):
     """A second process's fits (dense and CSR) compile nothing: all come from the cache."""
-    env = {k: v for k, v in os.environ.items() if k != ENV_DISABLE}
 
     def run():
-        proc = subprocess.run(
-            [sys.executable, "-c", SCRIPT, str(tmp_path / "jax")],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout.splitlines()[-1])
+        return json.loads(_run_script(SCRIPT, tmp_path / "jax").splitlines()[-1])
 
     first, second = run(), run()
     assert first.get("cache_hits", 0) == 0 and first["cache_misses"] > 0
@@ -300,3 +305,42 @@ def test_host_kernel_rows_equal_scipy_and_the_onehot_product():
         jax.vmap(lambda h: _host_kernel.scipy_rows(h, idx[0], shape=A.shape, dtype=np.float32))(
             np.stack([handle, handle])
         )
+
+
+EAGER_SCRIPT = """
+import logging, sys, warnings
+import jax, numpy as np
+import bayesvmf
+from bayesvmf.models import BayesianVMFMixture, SparseVMFMixture
+
+bayesvmf.set_compilation_cache(True, sys.argv[1])
+names = []
+
+
+class Names(logging.Handler):
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("Compiling "):
+            names.append(message.split()[1])
+
+
+logging.getLogger("jax").addHandler(Names())
+logging.getLogger("jax").setLevel(logging.WARNING)
+jax.config.update("jax_log_compiles", True)
+warnings.simplefilter("ignore")
+rng = np.random.default_rng(0)
+X = rng.normal(size=(60, 4)) + 3 * np.repeat(np.eye(4)[:3], 20, axis=0)
+SparseVMFMixture(3, random_state=0, max_iter=5).fit(X)
+BayesianVMFMixture(3, random_state=0, max_iter=5).fit(X)
+print(" ".join(names))
+"""
+
+
+def test_a_default_dense_fit_runs_no_eager_operation(tmp_path):
+    """In a process after the one that filled the cache, a default fit of dense data compiles
+    only deserialised programs (``jit(call)``): an eager operation (a key split, a transpose,
+    a sum outside a program) would be traced and lowered again in every new process."""
+    _run_script(EAGER_SCRIPT, tmp_path / "jax")
+    names = _run_script(EAGER_SCRIPT, tmp_path / "jax").split()
+    assert names, "no program compiled at all: the log capture is broken"
+    assert set(names) == {"jit(call)"}, names
