@@ -80,29 +80,54 @@ def _parse(config: bytes):
     return dims(shape), transpose == "1", pointer, dims(b_shape), dims(out_shape)
 
 
-def _run(out, operands, opaque, opaque_len, status):  # pragma: no cover - called by XLA
-    """Host side of the custom call (see the module notes); runs on an XLA thread."""
+def _target(name: str, compute):
+    """Register the custom call target ``name`` and return its C function pointer.
+
+    ``compute(handle, operand, shape, transpose, pointer, operand_shape)`` returns what fills
+    the result buffer (see the module notes); it runs on an XLA thread. An error fills the
+    result with NaN and is printed by :mod:`ctypes` (it cannot reach XLA's status from
+    Python). Keep the pointer for the life of the process: XLA holds its address.
+    """
+
+    def run(out, operands, opaque, opaque_len, status):  # pragma: no cover - called by XLA
+        config = _parse(ctypes.string_at(opaque, opaque_len))
+        shape, transpose, pointer, operand_shape, out_shape = config
+        result = np.ctypeslib.as_array(ctypes.cast(out, pointer), shape=out_shape)
+        try:
+            handle = ctypes.cast(operands[0], ctypes.POINTER(ctypes.c_int32))[0]
+            result[...] = compute(handle, operands[1], shape, transpose, pointer, operand_shape)
+        except BaseException:
+            result[...] = np.nan
+            raise
+
+    function = _SIGNATURE(run)
+    jax.ffi.register_ffi_target(
+        name,
+        jax.ffi.pycapsule(ctypes.cast(function, ctypes.c_void_p).value),
+        platform="cpu",
+        api_version=0,  # XLA's classic custom call registry, not the typed FFI
+    )
+    return function
+
+
+def _product(handle, operand, shape, transpose, pointer, b_shape):
+    """Return X @ B or X.T @ B of the registered block (the product target)."""
     from bayesvmf._data import _host_product
 
-    shape, transpose, pointer, b_shape, out_shape = _parse(ctypes.string_at(opaque, opaque_len))
-    result = np.ctypeslib.as_array(ctypes.cast(out, pointer), shape=out_shape)
-    try:
-        handle = np.array([ctypes.cast(operands[0], ctypes.POINTER(ctypes.c_int32))[0]])
-        B = np.ctypeslib.as_array(ctypes.cast(operands[1], pointer), shape=b_shape)
-        result[...] = _host_product(handle, B, shape=shape, transpose=transpose, bits=False)
-    except BaseException:
-        result[...] = np.nan
-        raise
+    B = np.ctypeslib.as_array(ctypes.cast(operand, pointer), shape=b_shape)
+    return _host_product(np.array([handle]), B, shape=shape, transpose=transpose, bits=False)
 
 
-#: The C function pointer: kept for the life of the process (XLA holds its address).
-_FUNCTION = _SIGNATURE(_run)
-jax.ffi.register_ffi_target(
-    TARGET,
-    jax.ffi.pycapsule(ctypes.cast(_FUNCTION, ctypes.c_void_p).value),
-    platform="cpu",
-    api_version=0,  # XLA's classic custom call registry, not the typed FFI
-)
+def _rows(handle, operand, shape, transpose, pointer, idx_shape):
+    """Return X[idx] of the registered block, dense (the rows target)."""
+    from bayesvmf._data import _host_rows
+
+    idx = np.ctypeslib.as_array(ctypes.cast(operand, ctypes.POINTER(ctypes.c_int32)), idx_shape)
+    return _host_rows(handle, idx, shape=shape)
+
+
+#: The C function pointers: kept for the life of the process (XLA holds their addresses).
+_FUNCTIONS = (_target(TARGET, _product), _target(ROWS_TARGET, _rows))
 
 _product_p = Primitive("bayesvmf_scipy_csr_product")
 
@@ -123,31 +148,6 @@ def _lowering(ctx, handle, B, *, shape, transpose):
 
 mlir.register_lowering(_product_p, _lowering, platform="cpu")
 
-
-def _run_rows(out, operands, opaque, opaque_len, status):  # pragma: no cover - called by XLA
-    """Host side of the rows target: X[idx] of the registered block, dense."""
-    from bayesvmf._data import _host_rows
-
-    shape, _, pointer, idx_shape, out_shape = _parse(ctypes.string_at(opaque, opaque_len))
-    result = np.ctypeslib.as_array(ctypes.cast(out, pointer), shape=out_shape)
-    try:
-        handle = ctypes.cast(operands[0], ctypes.POINTER(ctypes.c_int32))[0]
-        idx = np.ctypeslib.as_array(
-            ctypes.cast(operands[1], ctypes.POINTER(ctypes.c_int32)), shape=idx_shape
-        )
-        result[...] = _host_rows(handle, idx, shape=shape)
-    except BaseException:
-        result[...] = np.nan
-        raise
-
-
-_ROWS_FUNCTION = _SIGNATURE(_run_rows)
-jax.ffi.register_ffi_target(
-    ROWS_TARGET,
-    jax.ffi.pycapsule(ctypes.cast(_ROWS_FUNCTION, ctypes.c_void_p).value),
-    platform="cpu",
-    api_version=0,
-)
 
 _rows_p = Primitive("bayesvmf_scipy_csr_rows")
 
