@@ -299,7 +299,8 @@ def top_down_labels(rng_key, data, parents: np.ndarray, init: str) -> np.ndarray
             if children.size == 0 or not in_node.any():
                 continue
             child = _split_node(
-                jax.random.fold_in(rng_key, int(node)),
+                rng_key,
+                np.int64(node),
                 data,
                 jnp.asarray(in_node),
                 data.row_array(in_node.astype(np.float64)),
@@ -312,14 +313,17 @@ def top_down_labels(rng_key, data, parents: np.ndarray, init: str) -> np.ndarray
 
 
 @persistent_jit(static_argnames=("n_children", "init"), compiler_options=JIT_OPTIONS)
-def _split_node(key, data, in_node, row_weight, max_passes, n_children: int, init: str):
+def _split_node(rng_key, node, data, in_node, row_weight, max_passes, n_children: int, init: str):
     """Closest of ``n_children`` directions of each row, from the rows ``in_node`` (n,) only.
 
-    ``row_weight``: ``in_node`` as float laid out like the rows (``data.row_array``). On row
-    blocks each device refines over its own rows (sums added over devices) and every device
-    returns the labels of all rows.
+    The node's key is ``fold_in(rng_key, node)``, derived here rather than by an eager
+    operation (a program of its own in every new process). ``row_weight``: ``in_node`` as
+    float laid out like the rows (``data.row_array``). On row blocks each device refines
+    over its own rows (sums added over devices) and every device returns the labels of all
+    rows.
     """
     count_trace("hierarchical.top_down")
+    key = jax.random.fold_in(rng_key, node)
 
     def body(args, data, row_weight):
         key, in_node, max_passes = args
@@ -340,18 +344,17 @@ def _node_seeds(key, data, in_node, n_children: int, init: str) -> jax.Array:
         )
         return data.take_rows(jnp.where(in_node[idx], idx, idx[0]))
     keys = jax.random.split(key, n_children)
-    # rows outside the node: best cosine 1, never drawn, no part of the potential; before the
-    # first seed every row of the node is at dissimilarity 1, so the first draw is uniform
-    uniform = jnp.where(in_node, 0.0, 1.0)
+    # rows outside the node weigh 0: never drawn, no part of the potential; before the first
+    # seed every row is at dissimilarity 1, so the first draw is a uniform row of the node,
+    # as is a draw once every row of the node is a seed (repeated rows)
+    weights = in_node.astype(jnp.float64)
 
     def pick(k, carry):
         mu, best = carry
-        # every row of the node already a seed (repeated rows): a uniform row of the node
-        left = jnp.sum(jnp.clip(1.0 - best, 0.0, None)) > 0
-        row, drawn = _seeding.kmeanspp_pick(
-            keys[k], jnp.where(left, best, uniform), 1, data.take_rows, lambda r: data.dot(r.T)
+        row, best = _seeding.kmeanspp_pick(
+            keys[k], best, 1, data.take_rows, lambda r: data.dot(r.T), weights
         )
-        return mu.at[k].set(row), jnp.maximum(best, drawn)
+        return mu.at[k].set(row), best
 
     mu = jnp.zeros((n_children, data.shape[1]), jnp.float64)
-    return jax.lax.fori_loop(0, n_children, pick, (mu, uniform))[0]
+    return jax.lax.fori_loop(0, n_children, pick, (mu, jnp.zeros(n_rows)))[0]
