@@ -398,6 +398,18 @@ def _existing(path, what: str) -> Path:
     return path
 
 
+def _mmread(path):
+    """``scipy.io.mmread(path)``, asking for a sparse array where SciPy takes ``spmatrix``.
+
+    SciPy 1.18 deprecated relying on that argument's default (it turns from sparse matrices
+    to sparse arrays in 1.20), and the warning would reach every caller; the result is made
+    CSR either way.
+    """
+    if "spmatrix" in inspect.signature(scipy.io.mmread).parameters:
+        return scipy.io.mmread(path, spmatrix=False)
+    return scipy.io.mmread(path)
+
+
 def load_matrix(path: str | os.PathLike, *, labels: str | os.PathLike | None = None) -> Bunch:
     """Load a data matrix (rows are observations) from a file.
 
@@ -444,7 +456,7 @@ def load_matrix(path: str | os.PathLike, *, labels: str | os.PathLike | None = N
         elif suffix == ".npy":
             X = np.load(path, allow_pickle=False)
         elif suffix == ".mtx":
-            X = scipy.sparse.csr_matrix(scipy.io.mmread(path))
+            X = scipy.sparse.csr_matrix(_mmread(path))
         else:
             raise ValueError(
                 f"{path}: unknown file type {suffix!r}; expected .npz (scipy.sparse.save_npz "
