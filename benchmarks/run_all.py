@@ -80,8 +80,9 @@ def _verdict(value, target, lower_is_better=True):
     return f"missed ({value / target:.2f}x the target)" if lower_is_better else "missed"
 
 
-def vs_sklearn_rows(data: dict) -> list[tuple[str, str, str, str]]:
-    """Issue 19's acceptance rows from vs_sklearn.json (best times, mean held-out ARI)."""
+def vs_sklearn_rows(data: dict, source: str = "vs_sklearn") -> list[tuple[str, str, str, str]]:
+    """Issue 19's acceptance rows from ``<source>.json`` (best times, mean held-out ARI);
+    ``vs_sklearn_gpu`` is the same benchmark run on an accelerator (its device in the file)."""
     rows = []
     for case in data.get("cases", []):
         by_name = {r["estimator"]: r for r in case["rows"]}
@@ -108,7 +109,7 @@ def vs_sklearn_rows(data: dict) -> list[tuple[str, str, str, str]]:
             rows.append(
                 (
                     f"{name} {what} (issue 19; best of the repeats, defaults but K)",
-                    f"vs_sklearn.json: {case['case']}",
+                    f"{source}.json: {case['case']}",
                     f"{r['ratio_to_kmeans']:.2f}x; {ari_text}; converged {converged}",
                     "met" if met else "missed",
                 )
@@ -125,7 +126,7 @@ def vs_sklearn_rows(data: dict) -> list[tuple[str, str, str, str]]:
             rows.append(
                 (
                     f"{name} first fit in a fresh process <= 2x its second (issue 19)",
-                    f"vs_sklearn.json: first_fits, median of processes 2-{len(later) + 1}",
+                    f"{source}.json: first_fits, median of processes 2-{len(later) + 1}",
                     f"{ratio:.2f}x ({', '.join(f'{v:.2f}' for v in later)})",
                     _verdict(ratio, FIRST_FIT_TARGET),
                 )
@@ -235,6 +236,7 @@ def summarise(results: dict[str, dict], runs: list[dict]) -> str:
             )
 
     rows += vs_sklearn_rows(results.get("vs_sklearn", {}))
+    rows += vs_sklearn_rows(results.get("vs_sklearn_gpu", {}), "vs_sklearn_gpu")
 
     sparse = results.get("sparse", {})
     for dtype in ("mixed", "float64"):
@@ -304,7 +306,7 @@ def summarise(results: dict[str, dict], runs: list[dict]) -> str:
             ", ".join(
                 f"{n}.json"
                 for n in sorted(results)
-                if n not in ("scale", "sparse", "distribution", "vs_sklearn")
+                if n not in ("scale", "sparse", "distribution", "vs_sklearn", "vs_sklearn_gpu")
                 and not any(
                     FLOOR_RATIO_KEY.search(p[-1]) or EM_RATIO_KEY.search(p[-1])
                     for p, _ in _walk(results[n])
