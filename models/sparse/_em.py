@@ -538,6 +538,11 @@ def run_em(
         n_iter=jnp.asarray(state.n_iter, jnp.int64),
         converged=jnp.asarray(state.converged, bool),
     )
+    # every later call takes em_step's outputs, placed on the device of the directions: the
+    # first call gets the same placement, or its host-made counts and flags would make it a
+    # program of its own (one more compilation, or one more read from the cache, per fit)
+    if isinstance(state.mu, jax.Array):
+        state = jax.device_put(state, state.mu.sharding)
     batch = state.mu.shape[0]
     compact = batch > 1 and _pass_work(data, state.mu.shape[1]) >= COMPACT_MIN_WORK
     rows = np.arange(batch)  # the run (index in the caller's batch) of each row of `state`
