@@ -370,11 +370,13 @@ def init_vem_state(
         K (static: one compilation per value).
     row_id : array of int of shape (N,), optional
         The global number of each row among the ``n_real`` real vectors (any number below
-        ``n_real`` for a padding row, of weight 0) when ``corpus`` is padded or sharded
+        ``n_real`` for a padding row, of weight 0) when ``corpus`` is sharded
         (:func:`shard_documents`): the draws are then those of the unpadded corpus. None:
         the rows in order, all real.
     n_real : int, optional
-        The number of real vectors (with ``row_id``).
+        The number of real vectors (with ``row_id``); the corpus's data must count as many
+        rows (``n_samples``), which a stream chunk (:func:`padded_corpus`, rows counted by
+        their weights, padding included) does not.
     shared_kappa : bool, default False
         One concentration for all topics, from the pooled statistics of the partition.
 
