@@ -244,6 +244,49 @@ def test_reproducible_and_best_restart_kept(planted_data):
     assert a.lower_bound_ == max(run[-1] for run in a.lower_bounds_all_)
 
 
+def test_start_weighs_rows_on_plain_and_sharded_corpora():
+    """The VEM start: weighted k-means++ seeds, the shared hard passes, one crisp pass.
+
+    Vectors of weight 0 (here a whole third cluster) are never seeds and add nothing to
+    the passes, so no topic starts on them; the statistics returned are the crisp ones of
+    the start's directions with the real-valued weights; and the start of a corpus laid
+    out on a mesh (one device: ``data.map`` under ``shard_map``, sums by ``psum``) is that
+    of the plain corpus.
+    """
+    rng = np.random.default_rng(0)
+    centres = np.eye(5)[:3]
+    docs = [centres[i % 3] + 0.1 * rng.normal(size=(4, 5)) for i in range(12)]
+    weights = [np.zeros(4) if i % 3 == 2 else rng.uniform(0.5, 3.0, 4) for i in range(12)]
+    X, w, offsets = _corpus._check_documents(docs, weights, normalize=True, n_features=None)
+    with jax.enable_x64(True):
+        hyper = _vem.VEMHyper(jnp.float64(0.3), jnp.float64(1e6))
+        plain = _vem._init_vem_state_jit(
+            jax.random.key(1),
+            dv.prepare_corpus(X, w, offsets),
+            hyper,
+            jnp.arange(len(w), dtype=jnp.int32),
+            n_topics=3,
+            n_real=len(w),
+        )
+        sharded = _corpus.shard_documents(X, w, offsets, jax.devices()[:1])
+        on_mesh = _vem._init_vem_state_jit(
+            jax.random.key(1),
+            sharded.corpus,
+            hyper,
+            sharded.row_id,
+            n_topics=3,
+            n_real=sharded.n_real,
+        )
+    mu, resultant, resp_sum, _ = (np.asarray(a) for a in plain)
+    assert np.max(mu @ centres[2]) < 0.5 and np.min(np.max(mu @ centres[:2].T, axis=0)) > 0.9
+    labels = np.argmax(X @ mu.T, axis=1)
+    np.testing.assert_allclose(resp_sum, np.bincount(labels, w, minlength=3), rtol=1e-12)
+    expected = np.stack([(w * (labels == k)) @ X for k in range(3)])
+    np.testing.assert_allclose(resultant, expected, rtol=1e-12, atol=1e-14)
+    for a, b in zip(plain[:3], on_mesh[:3], strict=True):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12, atol=1e-14)
+
+
 def test_convergence_warning():
     docs = [np.eye(3)[[0, 1, 0]], np.eye(3)[[2, 2, 1]] + 0.1]
     # three distinct vectors: a topic on one of them runs to the cap (really degenerate)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
 
-from bayesvmf import _mixture, _seeding, special
+from bayesvmf import _mixture, _parallel, _seeding, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus
 
@@ -25,7 +25,9 @@ from bayesvmf.models.dirichlet._corpus import Corpus
 #: (its term n_k log c_d(kappa) + kappa |r_k| of the bound is then below ~1e-10 anyway).
 EMPTY_RESP_SUM = 1e-10
 
-#: Spherical k-means iterations on the pooled vectors after the k-means++ seeding (init).
+#: Hard spherical k-means passes on the pooled vectors after the k-means++ seeding (init), at
+#: most (:func:`bayesvmf._parallel.spherical_kmeans` stops earlier once a pass gains less
+#: than :data:`bayesvmf._parallel.HARD_RTOL`).
 INIT_KMEANS_ITER = 10
 
 
@@ -274,13 +276,13 @@ _m_step_jit = jax.jit(_m_step, static_argnames=("shared_kappa",))
 _vem_step = jax.jit(vem_step, static_argnames=("shared_kappa",))
 
 
-def _sample_rows(key, logits, row_id, n_real: int, shape=()):
-    """Draw rows with probabilities softmax(logits) (Gumbel-max), whatever the layout.
+def _sample_rows(key, logits, shape=()):
+    """Draw rows with probabilities softmax(logits) (Gumbel-max), rows in global order.
 
-    The noise of a row is that of its global number ``row_id`` among the ``n_real``
-    vectors, so padded and sharded copies of the corpus draw the same vectors.
+    The noise of a row is that of its global number among the real vectors, so padded
+    and sharded copies of the corpus draw the same vectors as the unpadded one.
     """
-    noise = jax.random.gumbel(key, (*shape, n_real), logits.dtype)[..., row_id]
+    noise = jax.random.gumbel(key, (*shape, logits.shape[-1]), logits.dtype)
     return jnp.argmax(noise + logits, axis=-1)
 
 
@@ -294,46 +296,52 @@ def _init_vem_state(
     rng_key, corpus: Corpus, hyper: VEMHyper, row_id, n_topics: int, n_real: int
 ) -> VEMState:
     count_trace("dirichlet.init")
-    # all rows, padding included, in one program (on a mesh, XLA partitions it): the draws
-    # index the padded rows, whose global numbers row_id give them the unpadded draws
-    rows, w = corpus.data.block, corpus.weights
-    d = rows.shape[1]
+    mu, resultant, resp_sum = corpus.data.map(
+        functools.partial(_local_init, n_topics=n_topics, n_real=n_real),
+        rng_key,
+        corpus.weights,
+        row_id,
+    )
+    return mu, resultant, resp_sum, _flat_phi(corpus, hyper.alpha, n_topics)
+
+
+def _local_init(rng_key, data, w, row_id, n_topics: int, n_real: int):
+    """:func:`init_vem_state`'s program on the rows of one device (all of them on one device).
+
+    The seeding sees every real row in global order (``data.dot``, ``data.take_rows``, the
+    same on every device), so that the draws are those of the unpadded corpus; the hard
+    passes and the crisp statistics sum each device's rows (padding rows weigh 0).
+    """
+    # the weights of all real rows in global order: each device scatters its own rows by
+    # their global numbers (a padding row adds its weight 0), the devices' vectors added
+    (weights,) = data.sum_over_blocks(jnp.zeros(n_real, w.dtype).at[row_id].add(w))
     keys = jax.random.split(rng_key, n_topics)
     # spherical k-means++ seeding on the weighted vectors (dissimilarity 1 - x'mu)
-    first = _sample_rows(keys[0], jnp.log(w), row_id, n_real)
-    mu = jnp.zeros((n_topics, d), w.dtype).at[0].set(rows.take_rows(first))
-    best = rows.dot(rows.take_rows(first)[:, None])[:, 0]
+    first = data.take_rows(_sample_rows(keys[0], jnp.log(weights))[None])
+    mu = jnp.zeros((n_topics, first.shape[1]), w.dtype).at[0].set(first[0])
+    best = data.dot(first.T)[:, 0]
 
     # greedy k-means++ (as scikit-learn's): 2 + log K candidates per seed, keep the one that
     # lowers the potential most; plain k-means++ often seeds two topics in one cluster when
     # the clusters are noisy (cosines within a cluster ~ 0.5 against ~ 0 between clusters)
     n_candidates = _seeding.greedy_trials(n_topics)
 
-    def draw(key, logits, shape):
-        return _sample_rows(key, logits, row_id, n_real, shape)
+    def cosines(rows):
+        return data.dot(rows.T)
 
     def body(k, carry):
         mu, best = carry
         row, best = _seeding.kmeanspp_pick(
-            keys[k], best, n_candidates, rows.take_rows, lambda r: rows.dot(r.T), w, draw
+            keys[k], best, n_candidates, data.take_rows, cosines, weights, _sample_rows
         )
         return mu.at[k].set(row), best
 
     mu, _ = lax.fori_loop(1, n_topics, body, (mu, best))
-
-    def lloyd(_, mu):
-        # spherical k-means on the pooled vectors (Banerjee et al. [3]_, hard assignments)
-        onehot = jax.nn.one_hot(jnp.argmax(rows.dot(mu.T), axis=1), n_topics, dtype=w.dtype)
-        resultant = rows.tdot(onehot * w[:, None], as_rows=True)
-        norm = jnp.linalg.norm(resultant, axis=1, keepdims=True)
-        return jnp.where(norm > 0, resultant / jnp.where(norm > 0, norm, 1.0), mu)
-
-    mu = lax.fori_loop(0, INIT_KMEANS_ITER, lloyd, mu)
+    # spherical k-means on the pooled vectors (Banerjee et al. [3]_, hard assignments)
+    mu = _parallel.spherical_kmeans(data, mu, jnp.asarray(INIT_KMEANS_ITER), w)
     # one crisp pass gives data-driven concentrations
-    labels = jnp.argmax(rows.dot(mu.T), axis=1)
-    onehot = jax.nn.one_hot(labels, n_topics, dtype=w.dtype) * w[:, None]
-    phi = _flat_phi(corpus, hyper.alpha, n_topics)
-    return mu, rows.tdot(onehot, as_rows=True), onehot.sum(axis=0), phi
+    resultant, resp_sum = _parallel.crisp_statistics(data, mu, w)
+    return mu, resultant, resp_sum
 
 
 _init_vem_state_jit = jax.jit(_init_vem_state, static_argnames=("n_topics", "n_real"))
@@ -362,11 +370,13 @@ def init_vem_state(
         K (static: one compilation per value).
     row_id : array of int of shape (N,), optional
         The global number of each row among the ``n_real`` real vectors (any number below
-        ``n_real`` for a padding row, of weight 0) when ``corpus`` is padded or sharded
+        ``n_real`` for a padding row, of weight 0) when ``corpus`` is sharded
         (:func:`shard_documents`): the draws are then those of the unpadded corpus. None:
         the rows in order, all real.
     n_real : int, optional
-        The number of real vectors (with ``row_id``).
+        The number of real vectors (with ``row_id``); the corpus's data must count as many
+        rows (``n_samples``), which a stream chunk (:func:`padded_corpus`, rows counted by
+        their weights, padding included) does not.
     shared_kappa : bool, default False
         One concentration for all topics, from the pooled statistics of the partition.
 
