@@ -372,14 +372,13 @@ def main():
 
 def _keep_parts_not_rerun(out, path):
     """Add to ``out`` the cases and first fits of an earlier run on the same machine that this
-    run did not redo (``--only``, ``--skip-first-fit``); nothing is kept from another machine."""
+    run did not redo (``--only``, ``--skip-first-fit``); nothing is kept from another machine
+    or from other versions of JAX, scikit-learn or Python."""
     if not path.exists():
         return out
     earlier = json.loads(path.read_text())
-    if (earlier.get("machine"), earlier.get("jax_devices")) != (
-        out["machine"],
-        out["jax_devices"],
-    ):
+    same = ("machine", "jax_devices", "versions")
+    if any(earlier.get(key) != out[key] for key in same):
         return out
     rerun = {case["case"] for case in out["cases"]}
     kept = [case for case in earlier.get("cases", []) if case["case"] not in rerun]
