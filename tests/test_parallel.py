@@ -77,6 +77,17 @@ SCRIPT = textwrap.dedent(
         out["retraced"] = {k: v - before.get(k, 0) for k, v in _mixture.TRACE_COUNTS.items()
                            if v != before.get(k, 0)}
         out["again_n_iter"] = again["n_iter"]
+        # run_em itself on a state made on the host: placed as em_step's outputs are
+        # (replicated over the mesh), not on the first device
+        from bayesvmf.models.sparse import _em
+        state = _em.fresh_state(np.log(np.full((1, K), 1 / K)), mu[None], np.full((1, K), 5.0))
+        runs = {}
+        for name, data in (("one", _blocks.device_data(X)),
+                           ("two", _blocks.device_data(X, devices=devices))):
+            r = _em.run_em(state, data, beta=0.0, kappa_max=1e6, tol=1e-10, max_iter=50,
+                           shared_kappa=False)
+            runs[name] = {"mu": np.asarray(r.mu).tolist(), "n_iter": int(r.n_iter[0])}
+        out["run_em"] = runs
 
     # the data-pass building blocks on both layouts: statistics, seeds (k-means++ gathers
     # over devices), crisp statistics; dense input and both sparse kernels on one device,
@@ -222,6 +233,15 @@ def test_sharded_fit_equals_one_device(two_devices):
         np.testing.assert_allclose(two[key], one[key], rtol=1e-12, err_msg=key)
     # the penalty acted, alike on both
     assert one["sparsity"] == two["sparsity"] > 0
+
+
+def test_run_em_places_a_host_made_state_like_its_outputs(two_devices):
+    """run_em on row blocks over two devices from a state made on the host: the first
+    em_step gets it replicated over the mesh, as the step's outputs are (placed on the
+    directions' device it failed with incompatible devices), and the run equals one device."""
+    one, two = two_devices["run_em"]["one"], two_devices["run_em"]["two"]
+    assert one["n_iter"] == two["n_iter"] > 1
+    np.testing.assert_allclose(two["mu"], one["mu"], rtol=0, atol=1e-12)
 
 
 def test_sharded_fits_do_not_recompile(two_devices):

@@ -538,11 +538,12 @@ def run_em(
         n_iter=jnp.asarray(state.n_iter, jnp.int64),
         converged=jnp.asarray(state.converged, bool),
     )
-    # every later call takes em_step's outputs, placed on the device of the directions: the
-    # first call gets the same placement, or its host-made counts and flags would make it a
-    # program of its own (one more compilation, or one more read from the cache, per fit)
-    if isinstance(state.mu, jax.Array):
-        state = jax.device_put(state, state.mu.sharding)
+    # every later call takes em_step's outputs: the first call gets the same placement, or
+    # its host-made counts and flags would make it a program of its own (one more
+    # compilation, or one more read from the cache, per fit)
+    placement = _output_placement(data, state.mu)
+    if placement is not None:
+        state = jax.device_put(state, placement)
     batch = state.mu.shape[0]
     compact = batch > 1 and _pass_work(data, state.mu.shape[1]) >= COMPACT_MIN_WORK
     rows = np.arange(batch)  # the run (index in the caller's batch) of each row of `state`
@@ -572,6 +573,20 @@ def run_em(
     for i, run in enumerate(rows):
         stopped.setdefault(int(run), _take(state, i))
     return EMState(*(jnp.concatenate(parts) for parts in zip(*(stopped[r] for r in range(batch)))))
+
+
+def _output_placement(data, mu):
+    """Where :func:`em_step` places its outputs, or None if that is not known here.
+
+    Replicated over the mesh of sharded rows; otherwise on the device of the directions
+    when they are committed to one (the estimators' starts are; directions made on the
+    host are not, and the state is then left as it is).
+    """
+    if getattr(data, "is_sharded", False):
+        return jax.sharding.NamedSharding(data.mesh, jax.sharding.PartitionSpec())
+    if isinstance(mu, jax.Array) and mu.committed:
+        return mu.sharding
+    return None
 
 
 def _pass_work(data, n_components: int) -> int:
