@@ -85,8 +85,10 @@ def crisp_statistics(data, mu: jax.Array, weights: jax.Array | None = None):
     data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
     mu : jax.Array of shape (n_components, n_features)
     weights : jax.Array of shape (n_rows,) or None
-        Weight of each row a device sees (laid out by ``data.row_array``), e.g. 0 or 1 to
-        restrict the statistics to some rows (H-vMFmix's top-down start); None: every row 1.
+        Weight of each row a device sees (laid out by ``data.row_array``): 0 or 1 to
+        restrict the statistics to some rows (H-vMFmix's top-down start), or any
+        nonnegative weights (the vectors' weights of DirichletVMFMixture's start); None:
+        every row 1.
 
     Returns
     -------

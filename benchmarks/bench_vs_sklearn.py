@@ -30,8 +30,9 @@ processes.
 
 Writes benchmarks/results/vs_sklearn.json and vs_sklearn.md (``--tag gpu``:
 vs_sklearn_gpu.json and .md, for a run on an accelerator kept beside the CPU one). With
-``--only`` or ``--skip-first-fit`` the parts not re-run are kept from the existing file, so
-the cases of one machine can be run in several invocations. Run:
+``--only`` or ``--skip-first-fit`` the parts not re-run are kept from the existing file when
+it comes from the same machine, devices and versions, so the cases of one machine can be
+run in several invocations. Run:
 python benchmarks/bench_vs_sklearn.py [--large] [--repeats 3] [--skip-first-fit] [--tag gpu]
 """
 
@@ -326,6 +327,8 @@ def main():
     )
     parser.add_argument("--first-fit-processes", type=int, default=FIRST_FIT_PROCESSES, metavar="N")
     args = parser.parse_args()
+    if args.first_fit_processes < 2:
+        parser.error("--first-fit-processes must be at least 2 (the median is over processes 2-N)")
     cases = args.only or ["dense", "tfidf"] + (["large"] if args.large else [])
     run_first_fits = "first-fit" in cases if args.only else not args.skip_first_fit
     stem = "vs_sklearn" + (f"_{args.tag}" if args.tag else "")
