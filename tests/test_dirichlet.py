@@ -241,7 +241,15 @@ def test_reproducible_and_best_restart_kept(planted_data):
     b = DirichletVMFMixture(6, alpha=0.3, n_init=3, random_state=5).fit(docs)
     np.testing.assert_array_equal(a.mean_directions_, b.mean_directions_)
     np.testing.assert_array_equal(a.lower_bounds_, b.lower_bounds_)
-    assert a.lower_bound_ == max(run[-1] for run in a.lower_bounds_all_)
+    # the kept restart (none degenerates here) is the first whose final bound is within
+    # tol per unit of vector weight (60 x 40 vectors of weight 1) of the best: restarts that
+    # reach one optimum end a few ulps apart, and the choice must not hang on that
+    finals = np.array([run[-1] for run in a.lower_bounds_all_])
+    margin = a.tol * sum(len(doc) for doc in docs)
+    kept = int(np.argmax(finals >= finals.max() - margin))
+    assert a.n_degenerate_restarts_ == 0
+    assert a.lower_bound_ == finals[kept] >= finals.max() - margin
+    np.testing.assert_array_equal(a.lower_bounds_, a.lower_bounds_all_[kept])
 
 
 def test_start_weighs_rows_on_plain_and_sharded_corpora():
