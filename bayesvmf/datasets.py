@@ -66,7 +66,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import scipy.io
 import scipy.sparse
 from sklearn.utils import Bunch
 
@@ -405,6 +404,11 @@ def _mmread(path):
     to sparse arrays in 1.20), and the warning would reach every caller; the result is made
     CSR either way.
     """
+    # imported here, not with the module: scipy.io takes about 0.12 s to import, and every
+    # estimator's first fit in a process imports this module (cache_dir, for the
+    # compilation cache), which made it about a tenth of a first fit (issue 19)
+    import scipy.io
+
     if "spmatrix" in inspect.signature(scipy.io.mmread).parameters:
         return scipy.io.mmread(path, spmatrix=False)
     return scipy.io.mmread(path)
