@@ -44,6 +44,7 @@ the others' stored results. Timings are wall-clock on whatever machine runs it (
 included).
 """
 
+import functools
 import json
 import platform
 import sys
@@ -244,8 +245,8 @@ def sotu_ceiling():
     for K in SOTU_CEILING_K:
         for shared in (True, False):
             label = f"vMFmix ({'shared' if shared else 'per-cluster'} kappa)"
-            make = lambda K=K, shared=shared: SparseVMFMixture(  # noqa: E731
-                K, shared_kappa=shared, max_iter=200, random_state=0
+            make = functools.partial(
+                SparseVMFMixture, K, shared_kappa=shared, max_iter=200, random_state=0
             )
             _, row = _fit_score(make, X, times, train, test)
             row.update(model=label, K=K, gain=row["heldout_loglik_per_row"] - uniform)
