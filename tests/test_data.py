@@ -12,6 +12,7 @@ import scipy.sparse
 import scipy.special
 from jax.experimental import sparse as jsparse
 
+from bayesvmf import data as data_module
 from bayesvmf._synthetic import _greedy_separated
 from bayesvmf.data import (
     UNIT_NORM_TOL,
@@ -182,6 +183,27 @@ def test_sparse_rows_checked_in_slices_give_the_same_result(rng, monkeypatch):
     X[37, 5] = np.inf
     with pytest.raises(ValueError, match=r"infinite value in row 37$"):
         check_directional(scipy.sparse.csr_matrix(X))
+
+
+@pytest.mark.parametrize("chunk", [7, 40, 1 << 19])
+@pytest.mark.parametrize("shape", [(1, 5), (2, 9), (13, 9), (12, 41), (9, 300_001)])
+def test_dense_rows_checked_in_blocks_equal_one_block_bitwise(rng, monkeypatch, shape, chunk):
+    # blocks of several rows, rows wider than a block (two rows then: a lone row of 300,001
+    # values is summed in another order by einsum), a one-row tail merged into the block
+    # before it: the norms and the rescaled rows are those of the whole array at once
+    X = rng.normal(size=shape) * np.exp(rng.uniform(-300, 300, size=(shape[0], 1)))
+    whole = data_module._row_norms_dense(X)
+    np.testing.assert_allclose(
+        whole,
+        np.linalg.norm(X / np.abs(X).max(1, keepdims=True), axis=1) * np.abs(X).max(1),
+        rtol=1e-12,
+    )
+    monkeypatch.setattr("bayesvmf.data.CHUNK_NNZ", chunk)
+    np.testing.assert_array_equal(data_module._check_dense_rows(X, "X"), whole)
+    np.testing.assert_array_equal(check_directional(X), X / whole[:, None])
+    X[-1, -1] = np.nan
+    with pytest.raises(ValueError, match=rf"^X has a NaN or infinite value in row {shape[0] - 1}$"):
+        check_directional(X)
 
 
 def test_sparse_duplicates_summed_unsorted_indices_sorted():
