@@ -119,3 +119,29 @@ def test_tdot_as_rows_is_the_transposed_product(kind):
     assert got.shape == (2, 4) and in32.dtype == jnp.float32
     np.testing.assert_allclose(got, R[:9].T @ X, rtol=1e-13)
     np.testing.assert_allclose(got, plain.T, rtol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_plain_dense_data_shares_its_aligned_host_copy(dtype, monkeypatch):
+    # the plain case (bayesvmf._data.to_device): the rows cast on the host into a 64-byte
+    # aligned buffer of its own, which the CPU client shares instead of copying; the values
+    # are X.astype(dtype) and the caller's array is left alone
+    X = check_directional(np.random.default_rng(0).normal(size=(37, 5)))
+    before = X.copy()
+    hosts, device_put = [], jax.device_put
+
+    def spy(x, *args, **kwargs):
+        hosts.append(x)
+        return device_put(x, *args, **kwargs)
+
+    monkeypatch.setattr(jax, "device_put", spy)
+    with jax.enable_x64(True):
+        X_device = _blocks.device_data(X, dtype).X
+    monkeypatch.undo()
+    assert X_device.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(X_device), X.astype(dtype))
+    np.testing.assert_array_equal(X, before)
+    (host,) = [h for h in hosts if isinstance(h, np.ndarray)]
+    assert host.ctypes.data % 64 == 0 and not np.shares_memory(host, X)
+    if jax.default_backend() == "cpu":  # shared, not copied
+        assert X_device.unsafe_buffer_pointer() == host.ctypes.data
