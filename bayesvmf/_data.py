@@ -522,7 +522,9 @@ def to_device(
             kernel,
         )
     if isinstance(X, np.ndarray):
-        X = _device_put_aligned(X, jnp.dtype(dtype))
+        dtype = jnp.dtype(dtype)
+        XT = _device_put_aligned(X, dtype, transpose=True) if transposed else None
+        return DenseData(_device_put_aligned(X, dtype), XT)
     X = jnp.asarray(X, dtype=dtype)
     return DenseData(X, _transposed(X) if transposed else None)
 
@@ -532,8 +534,8 @@ def to_device(
 HOST_ALIGNMENT = 64
 
 
-def _device_put_aligned(X: np.ndarray, dtype: np.dtype) -> jax.Array:
-    """Copy ``X`` as ``dtype`` into 64-byte aligned host memory and put that on the device.
+def _device_put_aligned(X: np.ndarray, dtype: np.dtype, transpose: bool = False) -> jax.Array:
+    """Copy ``X`` (or ``X.T``) as ``dtype`` to 64-byte aligned host memory; put it on the device.
 
     The cast happens on the host (no program for it) into a buffer of this function's own,
     which nothing writes after, so ``jax.device_put(..., may_alias=True)`` can share it on
@@ -541,22 +543,33 @@ def _device_put_aligned(X: np.ndarray, dtype: np.dtype) -> jax.Array:
     array). Measured on dense 50,000 x 256, K = 32, ten fits each after a warm-up, the two
     ways alternated in one process: median SparseVMFMixture fit 0.252 -> 0.233 s, B-vMFmix
     0.424 -> 0.393 s (JAX's copy alone took 0.03 s, 0.06 s in a new process's first fit).
+    With ``transpose`` the rows are copied in tiles of about 2^16 values into the rows of
+    a row-major ``X.T``: as fast as XLA's transposition (0.016 s for 50,000 x 256 to
+    float32; NumPy's untiled transposed copy took 0.05 s), and no program to read back in a
+    new process (the ``_transposed`` program took 0.18 s of a new process's first fit).
     On an accelerator the array is copied to the device as before. The values are those of
-    ``X.astype(dtype)``.
+    ``X.astype(dtype)`` (or its transpose).
     """
+    shape = X.shape[::-1] if transpose else X.shape
     size = X.size * dtype.itemsize
     raw = np.empty(size + HOST_ALIGNMENT, dtype=np.uint8)
     offset = (-raw.ctypes.data) % HOST_ALIGNMENT
-    host = raw[offset : offset + size].view(dtype).reshape(X.shape)
-    np.copyto(host, X, casting="unsafe")
+    host = raw[offset : offset + size].view(dtype).reshape(shape)
+    if transpose:
+        tile = max(16, (1 << 16) // max(X.shape[1], 1))
+        for start in range(0, X.shape[0], tile):
+            np.copyto(host[:, start : start + tile], X[start : start + tile].T, casting="unsafe")
+    else:
+        np.copyto(host, X, casting="unsafe")
     return jax.device_put(host, may_alias=True)
 
 
 @persistent_jit
 def _transposed(X):
-    """Return X.T as a new row-major array, by a program kept on disk.
+    """Return X.T as a new row-major array, by a program kept on disk (for a JAX array X).
 
     An eager ``X.T`` is a program of its own, traced and lowered again in every new process.
+    NumPy input is transposed on the host instead (:func:`_device_put_aligned`).
     """
     return X.T
 

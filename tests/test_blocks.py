@@ -121,12 +121,14 @@ def test_tdot_as_rows_is_the_transposed_product(kind):
     np.testing.assert_allclose(got, plain.T, rtol=1e-13)
 
 
+@pytest.mark.parametrize("shape", [(37, 5), (1, 3), (5000, 40)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_plain_dense_data_shares_its_aligned_host_copy(dtype, monkeypatch):
-    # the plain case (bayesvmf._data.to_device): the rows cast on the host into a 64-byte
-    # aligned buffer of its own, which the CPU client shares instead of copying; the values
-    # are X.astype(dtype) and the caller's array is left alone
-    X = check_directional(np.random.default_rng(0).normal(size=(37, 5)))
+def test_plain_dense_data_shares_its_aligned_host_copies(dtype, shape, monkeypatch):
+    # the plain case (bayesvmf._data.to_device): the rows, and the transposed copy of the
+    # training data (in tiles of rows: 5000 x 40 takes several), cast on the host into
+    # 64-byte aligned buffers of their own, which the CPU client shares instead of copying;
+    # the values are X.astype(dtype) and its transpose, and the caller's array is left alone
+    X = check_directional(np.random.default_rng(0).normal(size=shape))
     before = X.copy()
     hosts, device_put = [], jax.device_put
 
@@ -136,12 +138,16 @@ def test_plain_dense_data_shares_its_aligned_host_copy(dtype, monkeypatch):
 
     monkeypatch.setattr(jax, "device_put", spy)
     with jax.enable_x64(True):
-        X_device = _blocks.device_data(X, dtype).X
+        data = _blocks.device_data(X, dtype, transposed=True)
     monkeypatch.undo()
-    assert X_device.dtype == dtype
-    np.testing.assert_array_equal(np.asarray(X_device), X.astype(dtype))
+    assert data.X.dtype == data.XT.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(data.X), X.astype(dtype))
+    np.testing.assert_array_equal(np.asarray(data.XT), X.astype(dtype).T)
+    assert data.XT.shape == shape[::-1] and np.asarray(data.XT).flags.c_contiguous
     np.testing.assert_array_equal(X, before)
-    (host,) = [h for h in hosts if isinstance(h, np.ndarray)]
-    assert host.ctypes.data % 64 == 0 and not np.shares_memory(host, X)
-    if jax.default_backend() == "cpu":  # shared, not copied
-        assert X_device.unsafe_buffer_pointer() == host.ctypes.data
+    hosts = [h for h in hosts if isinstance(h, np.ndarray)]
+    assert len(hosts) == 2
+    for host, on_device in zip(sorted(hosts, key=lambda h: h.shape != shape), (data.X, data.XT)):
+        assert host.ctypes.data % 64 == 0 and not np.shares_memory(host, X)
+        if jax.default_backend() == "cpu":  # shared, not copied
+            assert on_device.unsafe_buffer_pointer() == host.ctypes.data
