@@ -143,11 +143,23 @@ def test_plain_dense_data_shares_its_aligned_host_copies(dtype, shape, monkeypat
     assert data.X.dtype == data.XT.dtype == dtype
     np.testing.assert_array_equal(np.asarray(data.X), X.astype(dtype))
     np.testing.assert_array_equal(np.asarray(data.XT), X.astype(dtype).T)
-    assert data.XT.shape == shape[::-1] and np.asarray(data.XT).flags.c_contiguous
+    assert data.XT.shape == shape[::-1]
     np.testing.assert_array_equal(X, before)
     hosts = [h for h in hosts if isinstance(h, np.ndarray)]
     assert len(hosts) == 2
     for host, on_device in zip(sorted(hosts, key=lambda h: h.shape != shape), (data.X, data.XT)):
         assert host.ctypes.data % 64 == 0 and not np.shares_memory(host, X)
+        assert host.flags.c_contiguous and host.shape == on_device.shape  # X.T row-major
         if jax.default_backend() == "cpu":  # shared, not copied
             assert on_device.unsafe_buffer_pointer() == host.ctypes.data
+
+
+def test_plain_dense_data_float64_without_x64_keeps_jax_cast_and_warning():
+    # a dtype JAX does not keep (float64 with x64 off) goes through jnp.asarray: float32
+    # and JAX's warning, as before the aligned host copies
+    X = check_directional(np.random.default_rng(1).normal(size=(6, 3)))
+    with jax.enable_x64(False):
+        with pytest.warns(UserWarning, match="float64"):
+            data = _blocks.device_data(X, jnp.float64, transposed=True)
+    assert data.X.dtype == data.XT.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(data.XT), X.astype(np.float32).T)
