@@ -129,6 +129,11 @@ def save(model, path) -> None:
     np.savez(path, **{_META_KEY: blob}, **arrays)
 
 
+#: Constructor arguments added to a class after files of it were saved, with the value that
+#: reproduces those estimators: B-vMFmix's data products were float64 before ``dtype``.
+_ADDED_PARAMS = {"BayesianVMFMixture": {"dtype": "float64"}}
+
+
 def _resolve_class(spec: str, path):
     module_name, _, qualname = spec.partition(":")
     if not (module_name == "bayesvmf" or module_name.startswith("bayesvmf.")) or not qualname:
@@ -204,8 +209,11 @@ def load(path):
         if key not in meta:
             raise ValueError(f"{where}: corrupt bayesvmf metadata (missing {key!r}).")
     cls = _resolve_class(str(meta["class"]), where)
+    # an argument added after a file was written: the value that does what the saved
+    # estimator did (a file without it predates the argument)
+    params = {**_ADDED_PARAMS.get(cls.__name__, {}), **meta["params"]}
     try:
-        model = cls(**meta["params"])
+        model = cls(**params)
         model._set_state(arrays, meta["scalars"])
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: cannot rebuild {meta['class']} ({exc}).") from exc

@@ -118,6 +118,7 @@ def fit_bvmf(X, labels, k, scheme, max_iter=MAX_ITER):
         k,
         kappa_update=scheme,
         shared_kappa=False,
+        dtype="float64",  # the products of the tables (dtype="mixed" is the default)
         init=labels,
         max_iter=max_iter,
         tol=TOL,
@@ -290,6 +291,7 @@ def table2(name, X, y, out, k=30):
         tight = BayesianVMFMixture(
             k,
             shared_kappa=False,
+            dtype="float64",
             init=labels,
             m=float(np.log(vmf.concentrations_[0])),
             s2=TIGHT_S2,

@@ -100,7 +100,9 @@ def em_iteration(data, K):
 
 def vi_iteration(data, K, labels, scheme):
     """One compiled B-vMFmix VI step (one restart, the estimator's default sizes)."""
-    model = BayesianVMFMixture(K, kappa_update=scheme, init=labels, random_state=SEED)
+    model = BayesianVMFMixture(
+        K, kappa_update=scheme, init=labels, dtype="float64", random_state=SEED
+    )
     model._validate_params()
     priors, batch_labels = model._resolve(data, jax.random.key(SEED))
     batch_priors = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], priors)
@@ -125,7 +127,9 @@ def vi_iteration(data, K, labels, scheme):
 
 def gibbs_sweeps(data, K, labels, num_chains):
     """GIBBS_SWEEPS sweeps of ``num_chains`` chains in the compiled chunk program."""
-    model = BayesianVMFMixture(K, inference="gibbs", init=labels, random_state=SEED)
+    model = BayesianVMFMixture(
+        K, inference="gibbs", init=labels, dtype="float64", random_state=SEED
+    )
     model._validate_params()
     priors, _ = model._resolve(data, jax.random.key(SEED))
     hyper = _gibbs.hyper_from_priors(priors)

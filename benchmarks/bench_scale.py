@@ -199,7 +199,9 @@ res = {"rss_after_imports": rss_imports}
 kw = dict(n_init=1, max_iter=max_iter, dtype=dtype)
 if mode == "bayesian":  # B-vMFmix by VI (kappa bounded), float64 throughout
     from bayesvmf.models import BayesianVMFMixture
-    SparseVMFMixture = lambda K, dtype, **kw: BayesianVMFMixture(K, kappa_update="bounding", **kw)
+    SparseVMFMixture = lambda K, dtype, **kw: BayesianVMFMixture(
+        K, kappa_update="bounding", dtype="float64", **kw
+    )
 if mode in ("batch", "bayesian"):
     X = sp.load_npz(paths[0]).tocsr()
     res["rss_data_loaded"] = status("VmRSS")

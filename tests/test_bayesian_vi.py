@@ -40,8 +40,10 @@ def sample():
 
 
 def _fit(X, **kwargs):
-    # the per-component model (the paper's), whose kappa_k these tests check
-    params = dict(n_init=N_INIT, max_iter=300, random_state=0, shared_kappa=False)
+    # the per-component model (the paper's), whose kappa_k these tests check, with float64
+    # data products: the tolerances below are float64's (dtype="mixed", the default, runs
+    # the products in float32: test_mixed_dtype_agrees_with_float64)
+    params = dict(n_init=N_INIT, max_iter=300, random_state=0, shared_kappa=False, dtype="float64")
     params.update(kwargs)
     return BayesianVMFMixture(3, **params).fit(X)
 
@@ -272,6 +274,39 @@ def test_sparse_equals_dense(fits, sample):
     )
 
 
+@pytest.mark.parametrize("kappa_update", ["sampling", "bounding"])
+def test_mixed_dtype_agrees_with_float64(sample, kappa_update):
+    """dtype="mixed" (the default): float32 data products, the fit of float64 products to
+    the rounding of float32. Dense and CSR input, both q(kappa) schemes, the shared-kappa
+    default; the bounding scheme's bound rises up to that rounding; collapsed Gibbs ignores
+    the option (float64 only)."""
+    settings = dict(kappa_update=kappa_update, n_init=N_INIT, max_iter=300, random_state=0)
+    exact = BayesianVMFMixture(3, dtype="float64", **settings).fit(sample.X)
+    probe = _probe_rows(sample)
+    for X in (sample.X, sp.csr_matrix(sample.X)):
+        mixed = BayesianVMFMixture(3, **settings).fit(X)
+        assert mixed.dtype == "mixed"
+        # the products did run in float32: not the float64 fit bit for bit
+        assert not np.array_equal(mixed.mean_directions_, exact.mean_directions_)
+        np.testing.assert_array_equal(mixed.predict(sample.X), exact.predict(sample.X))
+        np.testing.assert_allclose(mixed.mean_directions_, exact.mean_directions_, atol=1e-5)
+        np.testing.assert_allclose(mixed.concentrations_, exact.concentrations_, rtol=1e-5)
+        np.testing.assert_allclose(mixed.weights_, exact.weights_, rtol=1e-6)
+        # log densities, kappa x.mu to about kappa * 1e-7 (float32 products; kappa < 200)
+        np.testing.assert_allclose(
+            mixed.score_samples(probe), exact.score_samples(probe), rtol=0, atol=2e-5
+        )
+        if kappa_update == "bounding":
+            steps = np.diff(mixed.lower_bounds_)
+            assert np.all(steps >= -1e-7 * np.abs(mixed.lower_bounds_[1:])), steps.min()
+    gibbs = dict(inference="gibbs", num_chains=1, num_warmup=5, num_samples=5, random_state=0)
+    one, other = (
+        BayesianVMFMixture(3, dtype=dt, **gibbs).fit(sample.X) for dt in ("mixed", "float64")
+    )
+    np.testing.assert_array_equal(one.mean_directions_, other.mean_directions_)
+    np.testing.assert_array_equal(one.score_samples(probe), other.score_samples(probe))
+
+
 def test_save_load_round_trip(fitted, sample, tmp_path):
     scheme, model = fitted
     path = tmp_path / "bvmf.npz"
@@ -285,6 +320,24 @@ def test_save_load_round_trip(fitted, sample, tmp_path):
     np.testing.assert_array_equal(back.predict(sample.X), model.predict(sample.X))
     with np.load(path, allow_pickle=False) as f:
         assert json.loads(f["__bayesvmf__"].tobytes())["params"]["kappa_update"] == scheme
+
+
+def test_file_saved_before_dtype_loads_with_float64_products(fitted, sample, tmp_path):
+    """A file written before B-vMFmix had ``dtype`` holds no such argument: its estimator ran
+    float64 products, and so does the one loaded from it (not the new default, "mixed")."""
+    _, model = fitted
+    path = tmp_path / "old.npz"
+    bayesvmf.save(model, path)
+    with np.load(path, allow_pickle=False) as f:
+        arrays = dict(f)
+    meta = json.loads(arrays["__bayesvmf__"].tobytes())
+    del meta["params"]["dtype"]
+    arrays["__bayesvmf__"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(path, **arrays)
+    back = bayesvmf.load(path)
+    assert back.dtype == "float64"
+    probe = _probe_rows(sample)
+    np.testing.assert_array_equal(back.score_samples(probe), model.score_samples(probe))
 
 
 @pytest.mark.parametrize(

@@ -122,8 +122,10 @@ SCRIPT = textwrap.dedent(
     from bayesvmf.models import BayesianVMFMixture
 
     def bayes(devices, scheme, mode):
+        # float64 products, for the 1e-10 comparisons (the default "mixed" adds each
+        # device's float32 partial sums: equal to rounding of float32, not of float64)
         m = BayesianVMFMixture(K, kappa_update=scheme, empirical_bayes=mode == "eb",
-                               random_state=2, devices=devices)
+                               dtype="float64", random_state=2, devices=devices)
         if mode == "stream":
             for chunk in (Xs[:40], Xs[40:75], Xs[75:]):
                 m.partial_fit(chunk, n_samples=n)
@@ -672,7 +674,7 @@ CLASSIC3_SCRIPT = textwrap.dedent(
                     "n_iter": m.n_iter_, "lower_bounds": [m.lower_bound_]}
         if model == "bayesian":
             m = BayesianVMFMixture(3, kappa_update=option, empirical_bayes=False, max_iter=5,
-                                   tol=1e-12, random_state=0, devices=devices)
+                                   tol=1e-12, dtype="float64", random_state=0, devices=devices)
             return posterior(m, m.fit_predict(X), m.mean_directions_)
         if model == "hierarchical":
             m = HierarchicalVMFMixture(balanced_tree((3,)), kappa_update=option, max_iter=5,

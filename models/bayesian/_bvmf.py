@@ -17,12 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _blocks, _guards, _mixture, _seeding, special
+from bayesvmf import _blocks, _guards, _mixture, _seeding
 from bayesvmf._base import RANDOM_STATE, STREAM_CONSTRAINTS, StreamingMixin
-from bayesvmf._program_cache import persistent_jit
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian import _bvmf_stream, _kappa
-from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian._bvmf_posterior import kappa_draws, vi_to_arviz
 from bayesvmf.models.bayesian._bvmf_vi import (
     FitKeys,
@@ -31,9 +29,11 @@ from bayesvmf.models.bayesian._bvmf_vi import (
     _fit_keys,
     _init_labels,
     _init_state,
+    _kept_run,
     _label_statistics,
     _log_predictive,
     _log_resp_rows,
+    _pooled_kappa,
     _seed_statistics,
     _weighted_log_resp,
     vi_step,
@@ -137,6 +137,15 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         The offset tau of those step sizes (a larger tau damps the first steps).
     normalize : bool, default True
         Rescale rows to unit norm; with False, non-unit rows raise a ValueError.
+    dtype : {"mixed", "float64"}, default "mixed"
+        "mixed" runs VI's two data products (rows times mean directions, responsibilities
+        times rows) and the predictions' in float32, as
+        :class:`~bayesvmf.models.SparseVMFMixture` does, and everything else (special
+        functions, q(kappa), the bound) in float64; "float64" (the default of earlier
+        versions) runs the products in float64 too. The bound then rises at every
+        iteration up to the rounding of float32 products. Collapsed Gibbs runs in float64
+        whatever this says (its sampler is checked against exact enumeration and NUTS in
+        float64 only).
     random_state : None, int, numpy RandomState or Generator, or jax key, default None
         Seed of a fit (:func:`bayesvmf._base.make_key`): an int is reproducible; a
         RandomState or Generator gives a seed drawn from it; None a fresh one.
@@ -244,6 +253,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         "predictive_draws": [Interval(Integral, 1, None, closed="left")],
         **STREAM_CONSTRAINTS,
         "normalize": ["boolean"],
+        "dtype": [StrOptions({"float64", "mixed"})],
         "random_state": RANDOM_STATE,
         "verbose": ["verbose"],
         "devices": _blocks.DevicesOption(),
@@ -304,6 +314,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         learning_decay: float = 0.7,
         learning_offset: float = 1.0,
         normalize: bool = True,
+        dtype: str = "mixed",
         random_state=None,
         verbose: int = 0,
         devices=None,
@@ -333,6 +344,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         self.learning_decay = learning_decay
         self.learning_offset = learning_offset
         self.normalize = normalize
+        self.dtype = dtype
         self.random_state = random_state
         self.verbose = verbose
         self.devices = devices
@@ -493,6 +505,10 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         # anything of the fitted model changes
         self._check_devices()
 
+    def _product_dtype(self):
+        # collapsed Gibbs is tested in float64 only (the dtype parameter's docstring)
+        return jnp.float64 if self.inference == "gibbs" else super()._product_dtype()
+
     def _training_data(self, Xc):
         """Return the training data: plain, or one row block per device (``devices``).
 
@@ -502,7 +518,9 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         transposed copy (:class:`bayesvmf._data.DenseData`), VI's do.
         """
         transposed = self.inference != "gibbs"
-        return _blocks.device_data(Xc, devices=self.devices, transposed=transposed)
+        return _blocks.device_data(
+            Xc, self._product_dtype(), devices=self.devices, transposed=transposed
+        )
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the largest lambda_ik of each training row (each device its rows)."""
@@ -766,30 +784,3 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
 
             return _gibbs.gibbs_to_arviz(self)
         return vi_to_arviz(self, num_draws, random_state)
-
-
-@persistent_jit(static_argnames="d")
-def _pooled_kappa(resultant, n_rows, *, d: int):
-    """Return the concentration of run 0's crisp statistics (the prior's location on log kappa).
-
-    ``sum_k |r_k| / n`` solved for kappa (eq. (21) with one kappa), capped at the empirical
-    Bayes bound ``C0_MAX``; one program (op by op, each operation would be a program of its
-    own in every new process).
-    """
-    rbar = jnp.sum(jnp.linalg.norm(resultant[0], axis=-1)) / n_rows
-    return _mixture.solve_kappa(d, rbar, _eb.C0_MAX)[0]
-
-
-@persistent_jit(static_argnames="d")
-def _kept_run(state, best, *, d: int):
-    """Return the kept restart of a VI batch and its global natural parameters (one program).
-
-    Returns the run, E[kappa_k] r_k and delta_k = A_d(gamma_k) psi_k . r_k, what
-    ``partial_fit`` continues from.
-    """
-    run = jax.tree_util.tree_map(lambda a: a[best], state)
-    post, stats = run.post, run.stats
-    dot = special.mean_resultant_length(d, post.gamma) * jnp.sum(
-        post.psi * stats.resultant, axis=-1
-    )
-    return run, post.kappa.mean_kappa[:, None] * stats.resultant, dot

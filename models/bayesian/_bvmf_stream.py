@@ -53,7 +53,7 @@ def partial_fit(model, X, n_samples):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegenerateRunWarning)
                 model._fit(model._training_data(Xc), key)
-        blocks = _blocks.device_data(Xc, devices=devices, bucket=True)
+        blocks = _blocks.device_data(Xc, model._product_dtype(), devices=devices, bucket=True)
         online, bound, accept, effective = svi_step(
             model._online,
             blocks.counted_by_weight(),

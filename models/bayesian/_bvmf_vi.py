@@ -657,3 +657,30 @@ def _log_predictive(data, rho, psi, gamma, kappa_draws, log_draw_weights):
 # --------------------------------------------------------------------------------------------
 # The estimator
 # --------------------------------------------------------------------------------------------
+
+
+@persistent_jit(static_argnames="d")
+def _pooled_kappa(resultant, n_rows, *, d: int):
+    """Return the concentration of run 0's crisp statistics (the prior's location on log kappa).
+
+    ``sum_k |r_k| / n`` solved for kappa (eq. (21) with one kappa), capped at the empirical
+    Bayes bound ``C0_MAX``; one program (op by op, each operation would be a program of its
+    own in every new process).
+    """
+    rbar = jnp.sum(jnp.linalg.norm(resultant[0], axis=-1)) / n_rows
+    return _mixture.solve_kappa(d, rbar, _eb.C0_MAX)[0]
+
+
+@persistent_jit(static_argnames="d")
+def _kept_run(state, best, *, d: int):
+    """Return the kept restart of a VI batch and its global natural parameters (one program).
+
+    Returns the run, E[kappa_k] r_k and delta_k = A_d(gamma_k) psi_k . r_k, what
+    ``partial_fit`` continues from.
+    """
+    run = jax.tree_util.tree_map(lambda a: a[best], state)
+    post, stats = run.post, run.stats
+    dot = special.mean_resultant_length(d, post.gamma) * jnp.sum(
+        post.psi * stats.resultant, axis=-1
+    )
+    return run, post.kappa.mean_kappa[:, None] * stats.resultant, dot
