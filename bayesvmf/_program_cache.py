@@ -163,6 +163,40 @@ def _static_repr(value) -> str | None:
     return None if " at 0x" in text else text
 
 
+def _on_several_devices(leaf) -> bool:
+    return (
+        isinstance(leaf, jax.Array)
+        and not isinstance(leaf, jax.core.Tracer)
+        and len(leaf.sharding.device_set) > 1
+    )
+
+
+def _replicated(tree, sharding):
+    """``tree`` with its committed one-device arrays replicated over ``sharding``'s mesh.
+
+    A program read back from disk returns arrays committed to its device, where ``jax.jit``
+    returns uncommitted ones for uncommitted arguments: such an output (the restarts' keys
+    of :func:`bayesvmf._seeding.split_keys`) passed beside rows sharded over several devices
+    would make the plain jit refuse the call ("incompatible devices"); placed on every
+    device, as the plain jit places an uncommitted argument, it is accepted.
+    """
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return tree
+    everywhere = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+
+    def place(leaf):
+        if (
+            isinstance(leaf, jax.Array)
+            and not isinstance(leaf, jax.core.Tracer)
+            and leaf.committed
+            and len(leaf.sharding.device_set) == 1
+        ):
+            return jax.device_put(leaf, everywhere)
+        return leaf
+
+    return jax.tree.map(place, tree)
+
+
 def _leaf_key(leaf) -> tuple | None:
     """(shape, dtype, weak type) of a concrete leaf on at most one device; None otherwise."""
     if isinstance(leaf, jax.core.Tracer):
@@ -208,6 +242,10 @@ def persistent_jit(
         shapes = [_leaf_key(leaf) for leaf in leaves]
         static_key = sorted((k, _static_repr(v)) for k, v in static.items())
         if any(s is None for s in shapes) or any(r is None for _, r in static_key):
+            sharded = next((leaf for leaf in leaves if _on_several_devices(leaf)), None)
+            if sharded is not None:  # row blocks: the plain jit, with the rest beside them
+                bound.arguments.update(_replicated(dynamic, sharded.sharding))
+                return jitted(*bound.args, **bound.kwargs)
             return jitted(*args, **kwargs)
         # the file key (a hash over texts) once per call signature: EM calls its step every
         # iteration with the same one

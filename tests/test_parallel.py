@@ -172,16 +172,17 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run_on_two_devices(script, *args, timeout=600):
+def _run_on_two_devices(script, *args, timeout=600, env=None):
     """Run ``script`` in a subprocess with two forced CPU devices; return its JSON output.
 
     A run that does not finish within ``timeout`` seconds (a deadlock between the devices)
-    fails the test instead of stalling the suite.
+    fails the test instead of stalling the suite. ``env``: more environment variables.
     """
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
+        **(env or {}),
     }
     try:
         proc = subprocess.run(
@@ -731,3 +732,38 @@ def test_classic3_two_devices_finish_and_equal_one_device(model, option):
     }
     for key, (rtol, atol) in tolerances.items():
         np.testing.assert_allclose(two[key], one[key], rtol=rtol, atol=atol, err_msg=key)
+
+
+CACHED_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, warnings
+    from pathlib import Path
+    import jax, numpy as np
+    from bayesvmf.models import BayesianVMFMixture, SparseVMFMixture
+    warnings.simplefilter("ignore")
+    rng = np.random.default_rng(0)
+    X = np.abs(rng.normal(size=(101, 30))) + 3.0 * np.repeat(np.eye(3, 30), 34, axis=0)[:101]
+    out = {"n_devices": jax.device_count()}
+    for name, cls in (("sparse", SparseVMFMixture), ("bayesian", BayesianVMFMixture)):
+        fits = {n: cls(3, dtype="float64", random_state=0, devices=n).fit(X) for n in (None, 2)}
+        out[name] = {n: {"labels": m.labels_.tolist(), "mu": m.mean_directions_.tolist()}
+                     for n, m in (("one", fits[None]), ("two", fits[2]))}
+    out["programs"] = len(list((Path(sys.argv[1]) / "jax" / "programs").glob("*.jaxexport")))
+    json.dump(out, sys.stdout)
+    """
+)
+
+
+def test_two_device_fits_with_the_compilation_cache_on(tmp_path):
+    """The suite turns the estimators' compilation cache off (conftest); users have it on.
+    With it on, a program read back from disk returns arrays committed to one device (the
+    restarts' keys), which the plain jit of the sharded programs refused beside rows on two
+    devices ("incompatible devices": every SparseVMFMixture and BayesianVMFMixture fit with
+    devices=2 raised). Both finish now and equal the one-device fit."""
+    env = {"BAYESVMF_NO_COMPILATION_CACHE": "0", "BAYESVMF_CACHE": str(tmp_path)}
+    out = _run_on_two_devices(CACHED_SCRIPT, tmp_path, env=env, timeout=300)
+    assert out["n_devices"] == 2 and out["programs"] > 0  # the cache was in use
+    for name in ("sparse", "bayesian"):
+        one, two = out[name]["one"], out[name]["two"]
+        assert one["labels"] == two["labels"], name
+        np.testing.assert_allclose(two["mu"], one["mu"], rtol=0, atol=1e-10, err_msg=name)

@@ -655,7 +655,7 @@ def _log_predictive(data, rho, psi, gamma, kappa_draws, log_draw_weights):
 
 
 # --------------------------------------------------------------------------------------------
-# The estimator
+# Small programs of the estimator's fit (BayesianVMFMixture in _bvmf.py)
 # --------------------------------------------------------------------------------------------
 
 
