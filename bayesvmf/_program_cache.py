@@ -163,12 +163,11 @@ def _static_repr(value) -> str | None:
     return None if " at 0x" in text else text
 
 
-def _on_several_devices(leaf) -> bool:
-    return (
-        isinstance(leaf, jax.Array)
-        and not isinstance(leaf, jax.core.Tracer)
-        and len(leaf.sharding.device_set) > 1
-    )
+def _devices(leaf) -> int:
+    """Return the number of devices a concrete array lies on (0: a tracer, not a JAX array)."""
+    if not isinstance(leaf, jax.Array) or isinstance(leaf, jax.core.Tracer):
+        return 0
+    return len(leaf.sharding.device_set)
 
 
 def _replicated(tree, sharding):
@@ -185,12 +184,7 @@ def _replicated(tree, sharding):
     everywhere = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
 
     def place(leaf):
-        if (
-            isinstance(leaf, jax.Array)
-            and not isinstance(leaf, jax.core.Tracer)
-            and leaf.committed
-            and len(leaf.sharding.device_set) == 1
-        ):
+        if _devices(leaf) == 1 and leaf.committed:
             return jax.device_put(leaf, everywhere)
         return leaf
 
@@ -199,9 +193,7 @@ def _replicated(tree, sharding):
 
 def _leaf_key(leaf) -> tuple | None:
     """(shape, dtype, weak type) of a concrete leaf on at most one device; None otherwise."""
-    if isinstance(leaf, jax.core.Tracer):
-        return None
-    if isinstance(leaf, jax.Array) and len(leaf.sharding.device_set) > 1:
+    if isinstance(leaf, jax.core.Tracer) or _devices(leaf) > 1:
         return None
     aval = jax.typeof(leaf)
     return tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False))
@@ -242,7 +234,7 @@ def persistent_jit(
         shapes = [_leaf_key(leaf) for leaf in leaves]
         static_key = sorted((k, _static_repr(v)) for k, v in static.items())
         if any(s is None for s in shapes) or any(r is None for _, r in static_key):
-            sharded = next((leaf for leaf in leaves if _on_several_devices(leaf)), None)
+            sharded = next((leaf for leaf in leaves if _devices(leaf) > 1), None)
             if sharded is not None:  # row blocks: the plain jit, with the rest beside them
                 bound.arguments.update(_replicated(dynamic, sharded.sharding))
                 return jitted(*bound.args, **bound.kwargs)
