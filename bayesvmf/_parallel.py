@@ -232,6 +232,18 @@ def _cosines(data, mu):
 SPLIT_POWER_ITER = 3
 
 
+def _power_start(d: int, dtype) -> jax.Array:
+    """Return the fixed start of :func:`split_gains`' power iterations: N(0, I_d), key 0.
+
+    Drawn when the program is traced (``jax.ensure_compile_time_eval``), so the program
+    holds d numbers instead of the draw: the draw's threefry rounds and inverse error
+    function were about 800 of the 3,600 instructions of the refinement program of
+    ``SparseVMFMixture`` (n = 40, d = 5, 2 components), compiled for every data shape.
+    """
+    with jax.ensure_compile_time_eval():
+        return jax.random.normal(jax.random.PRNGKey(0), (d,), dtype)
+
+
 def split_gains(data, mu):
     """Objective gain of splitting each hard cluster in two along its principal direction.
 
@@ -256,7 +268,7 @@ def split_gains(data, mu):
     resultant, counts = weighted_resultants(data, onehot)
     mean = resultant / jnp.maximum(counts, 1.0)[:, None]
     # a fixed start (not parallel to any mean in practice), the same for every cluster
-    start = jax.random.normal(jax.random.PRNGKey(0), (d,), resultant.dtype)
+    start = _power_start(d, resultant.dtype)
     v = jnp.broadcast_to(start / jnp.linalg.norm(start), (n_components, d))
 
     def projections(v):
