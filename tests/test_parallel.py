@@ -436,6 +436,21 @@ def test_plain_data_and_row_blocks_answer_one_interface(rng, kind):
             assert data.sum_over_blocks(1.0, 2.0) == (1.0, 2.0)  # one block: nothing to add
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_split_gains_program_holds_no_random_draw(rng, dtype):
+    """The power iterations' fixed start is drawn when split_gains is traced: its program
+    (inside every refinement and seeding program, compiled per data shape) holds neither
+    threefry rounds nor an inverse error function, and the start is the draw of key 0."""
+    X = check_directional(np.abs(rng.normal(size=(40, 5))) + 0.1)
+    data = _blocks.device_data(X, dtype)
+    mu = jnp.asarray(X[:2], dtype)
+    text = jax.jit(_parallel.split_gains).lower(data, mu).as_text()
+    assert "threefry" not in text and "erf_inv" not in text
+    with jax.enable_x64(dtype == np.float64):
+        start = _parallel._power_start(5, dtype)
+        np.testing.assert_array_equal(start, jax.random.normal(jax.random.PRNGKey(0), (5,), dtype))
+
+
 def test_bucket_sizes():
     sizes = np.arange(1, 5000)
     buckets = np.array([_blocks.bucket_size(s) for s in sizes])
