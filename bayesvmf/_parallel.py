@@ -343,25 +343,28 @@ def split_merge(data, mu, max_passes):
         return jnp.sum(mu * resultant), gains[c] > loss[j, k], moved
 
     def keep_going(carry):
-        moves, _, _, worth, _ = carry
-        return worth & (moves < n_components)
+        moves, _, _, worth, _, first = carry
+        return first | (worth & (moves < n_components))
 
     def step(carry):
-        # a move was proposed: refine it, keep it if it raised the objective, propose the next
-        moves, mu, score, _, moved = carry
-        moved = spherical_kmeans(data, moved, max_passes)
+        # a move was proposed: refine it, keep it if it raised the objective, propose the
+        # next. The first step proposes from mu itself (no pass, nothing to keep), so that
+        # propose, about a third of the program, is traced once instead of twice.
+        moves, mu, score, _, moved, first = carry
+        moved = spherical_kmeans(data, moved, jnp.where(first, 0, max_passes))
         new_score, worth, next_move = propose(moved)
-        better = new_score - score > HARD_RTOL * jnp.abs(score)
+        better = ~first & (new_score - score > HARD_RTOL * jnp.abs(score))
         return (
             moves + better.astype(moves.dtype),
             jnp.where(better, moved, mu),
-            jnp.where(better, new_score, score),
-            worth & better,
+            jnp.where(better | first, new_score, score),
+            worth & (better | first),
             next_move,
+            jnp.zeros_like(first),
         )
 
     # (no lax.cond: under vmap it would batch the data, which sparse products refuse)
-    score, worth, moved = propose(mu)
-    init = (jnp.zeros((), jnp.int32), mu, score, worth, moved)
-    moves, mu, _, _, _ = jax.lax.while_loop(keep_going, step, init)
+    score = jnp.zeros((), mu.dtype)
+    init = (jnp.zeros((), jnp.int32), mu, score, jnp.ones((), bool), mu, jnp.ones((), bool))
+    moves, mu, _, _, _, _ = jax.lax.while_loop(keep_going, step, init)
     return mu, moves
