@@ -22,6 +22,8 @@ References
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -232,16 +234,29 @@ def _cosines(data, mu):
 SPLIT_POWER_ITER = 3
 
 
-def _power_start(d: int, dtype) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("d", "dtype"))
+def _power_start_draw(d: int, dtype: np.dtype) -> jax.Array:
+    """Return N(0, I_d) draws of key 0: one program, so that drawing compiles once."""
+    return jax.random.normal(jax.random.PRNGKey(0), (d,), dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _power_start(d: int, dtype: np.dtype) -> np.ndarray:
     """Return the fixed start of :func:`split_gains`' power iterations: N(0, I_d), key 0.
 
-    Drawn when the program is traced (``jax.ensure_compile_time_eval``), so the program
-    holds d numbers instead of the draw: the draw's threefry rounds and inverse error
-    function were about 800 of the 3,600 instructions of the refinement program of
-    ``SparseVMFMixture`` (n = 40, d = 5, 2 components), compiled for every data shape.
+    Drawn once per process and (d, dtype), when a program is first traced, and kept as a
+    read-only NumPy array, so the programs hold d numbers instead of the draw: the draw's
+    threefry rounds and inverse error function were 962 of the 3,635 instructions of the
+    refinement program of ``SparseVMFMixture`` (n = 40, d = 5, 2 components), compiled for
+    every data shape.
+    The draw is one program of its own (:func:`_power_start_draw`), compiled and run
+    apart from the program being traced: drawn eagerly (``jax.ensure_compile_time_eval``),
+    its operations were small programs, one of them compiled twice in one process.
     """
-    with jax.ensure_compile_time_eval():
-        return jax.random.normal(jax.random.PRNGKey(0), (d,), dtype)
+    # compiled and run on its own, also when called inside the trace of another program
+    start = np.asarray(_power_start_draw.lower(d=d, dtype=np.dtype(dtype)).compile()())
+    start.flags.writeable = False
+    return start
 
 
 def split_gains(data, mu):
@@ -268,7 +283,7 @@ def split_gains(data, mu):
     resultant, counts = weighted_resultants(data, onehot)
     mean = resultant / jnp.maximum(counts, 1.0)[:, None]
     # a fixed start (not parallel to any mean in practice), the same for every cluster
-    start = _power_start(d, resultant.dtype)
+    start = _power_start(d, np.dtype(resultant.dtype))
     v = jnp.broadcast_to(start / jnp.linalg.norm(start), (n_components, d))
 
     def projections(v):
@@ -364,7 +379,7 @@ def split_merge(data, mu, max_passes):
         )
 
     # (no lax.cond: under vmap it would batch the data, which sparse products refuse)
-    score = jnp.zeros((), mu.dtype)
+    score = jnp.zeros((), jax.eval_shape(propose, mu)[0].dtype)  # the first step sets it
     init = (jnp.zeros((), jnp.int32), mu, score, jnp.ones((), bool), mu, jnp.ones((), bool))
     moves, mu, _, _, _, _ = jax.lax.while_loop(keep_going, step, init)
     return mu, moves

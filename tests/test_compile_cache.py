@@ -278,7 +278,11 @@ def test_a_later_process_reads_the_fits_back_and_runs_no_eager_operation(tmp_pat
 
     first, second = run(), run()
     assert first["events"].get("cache_hits", 0) == 0 and first["events"]["cache_misses"] > 0
-    assert second["events"]["cache_hits"] == first["events"]["cache_misses"]
+    # at most the first process's programs: it also compiled what only tracing needs (the
+    # fixed start of _parallel.split_gains' power iterations, drawn by a program of its own
+    # when a program that calls it is traced), which a process that reads the traces back
+    # never asks for
+    assert 0 < second["events"]["cache_hits"] <= first["events"]["cache_misses"]
     assert second["events"].get("cache_misses", 0) == 0
     for compiled in second["dense_names"]:  # "NAME with global shapes and types (...)"
         assert compiled, "no program compiled at all: the log capture is broken"
