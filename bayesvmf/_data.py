@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from bayesvmf import _host_kernel
+from bayesvmf import _compile_cache, _host_kernel
 from bayesvmf._compile_cache import JIT_OPTIONS, count_trace
 from bayesvmf._program_cache import persistent_jit
 
@@ -120,7 +120,7 @@ class _PlainData:
         return self
 
 
-@functools.partial(jax.jit, static_argnames="fn", compiler_options=JIT_OPTIONS)
+@functools.partial(_compile_cache.jit, static_argnames="fn", compiler_options=JIT_OPTIONS)
 def _map_rows(fn, replicated, data):
     """Return ``fn(replicated, data)``: the program of :meth:`_PlainData.map_rows`."""
     count_trace("data.map_rows")
@@ -281,6 +281,11 @@ class SparseData(_PlainData):
         if self.values is not None:
             return int(self.values.shape[0])
         return sum(block.nnz for block in host_blocks(self))
+
+    @property
+    def program_size(self) -> int:
+        """Stored entries: what sizes a program on these rows (:func:`._compile_cache.jit`)."""
+        return self.nnz
 
     def take_rows(self, idx: jax.Array) -> jax.Array:
         """Return the rows ``X[idx]`` as a dense float64 (len(idx), d) array.

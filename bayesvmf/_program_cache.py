@@ -16,8 +16,9 @@ folder of its own, a call with concrete arrays
    shapes; a flatbuffer, not pickle), read back with ``jax.export.deserialize``;
 2. otherwise traces and lowers the function once with ``jax.export.export`` and writes it
    there;
-3. runs it through ``jax.jit(exported.call)`` with the function's compiler options, whose
-   compilation the compilation cache holds.
+3. runs it through ``jax.jit(exported.call)`` with the function's compiler options (those
+   of the call's size, :func:`bayesvmf._compile_cache.jit`), whose compilation the
+   compilation cache holds.
 
 The first process runs the exported program too, so that every process runs the same
 compiled program (and the compilation cache finds it). Outside such a block (the cache
@@ -209,20 +210,31 @@ def persistent_jit(
 
     Usable as ``@persistent_jit`` or ``@persistent_jit(static_argnames=..., ...)``. Static
     arguments are named (``static_argnames``); they may be passed by position or keyword.
-    The plain jitted function is the attribute ``jitted`` of the result.
+    The compiler options are chosen per call by the size of the arguments, as
+    :func:`bayesvmf._compile_cache.jit` does; the plain jitted function of large arguments is
+    the attribute ``jitted`` of the result.
     """
     if fun is None:
         return functools.partial(
             persistent_jit, static_argnames=static_argnames, compiler_options=compiler_options
         )
+    from bayesvmf._compile_cache import SMALL_PROGRAM_OPTIONS, small_program
+
     statics = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
-    options = dict(compiler_options or {})
-    jitted = jax.jit(fun, static_argnames=statics, compiler_options=options or None)
+    # the XLA options of large and of small arguments (bayesvmf._compile_cache.jit)
+    variants = {False: dict(compiler_options or {})}
+    variants[True] = {**variants[False], **SMALL_PROGRAM_OPTIONS}
+    jitted_by_size = {
+        small: jax.jit(fun, static_argnames=statics, compiler_options=options or None)
+        for small, options in variants.items()
+    }
     signature = inspect.signature(fun)
     name = f"{fun.__module__}.{fun.__qualname__}"
 
     @functools.wraps(fun)
     def call(*args, **kwargs):
+        small = small_program((args, kwargs))
+        jitted = jitted_by_size[small]
         folder = _active_folder()
         if folder is None:
             return jitted(*args, **kwargs)
@@ -241,18 +253,28 @@ def persistent_jit(
             return jitted(*args, **kwargs)
         # the file key (a hash over texts) once per call signature: EM calls its step every
         # iteration with the same one
-        signature_key = (name, tuple(static_key), treedef, tuple(shapes), jax.config.jax_enable_x64)
+        # (sparse data on the host: its entries, which choose the options, are not a shape)
+        signature_key = (
+            name,
+            small,
+            tuple(static_key),
+            treedef,
+            tuple(shapes),
+            jax.config.jax_enable_x64,
+        )
         key = _KEYS.get(signature_key)
         if key is None:
-            key = _KEYS[signature_key] = _file_key(static_key, treedef, shapes)
+            key = _KEYS[signature_key] = _file_key(static_key, treedef, shapes, variants[small])
         if key not in _LOADED:
-            _LOADED[key] = _load_or_export(fun, static, dynamic, treedef, folder / PROGRAMS, key)
+            _LOADED[key] = _load_or_export(
+                fun, static, dynamic, treedef, folder / PROGRAMS, key, variants[small]
+            )
         program = _LOADED[key]
         if program is None:
             return jitted(*args, **kwargs)
         return program(dynamic)
 
-    def _file_key(static_key, treedef, shapes):
+    def _file_key(static_key, treedef, shapes, options):
         return hashlib.sha256(
             repr(
                 (
@@ -271,16 +293,16 @@ def persistent_jit(
             ).encode()
         ).hexdigest()
 
-    def _load_or_export(fun, static, dynamic, treedef, folder, key):
+    def _load_or_export(fun, static, dynamic, treedef, folder, key, options):
         path = folder / f"{key}.jaxexport"
         exported = _read(path)
         if exported is None:
-            exported = _export(fun, static, dynamic, treedef, path)
+            exported = _export(fun, static, dynamic, treedef, path, options)
         if exported is None:
             return None
         return jax.jit(exported.call, compiler_options=options or None)
 
-    def _export(fun, static, dynamic, treedef, path):
+    def _export(fun, static, dynamic, treedef, path, options):
         def program(arguments):
             return fun(**static, **arguments)
 
@@ -307,7 +329,7 @@ def persistent_jit(
         # traced one would leave the next process a compilation to do
         return jax.export.deserialize(bytearray(blob))
 
-    call.jitted = jitted
+    call.jitted = jitted_by_size[False]
     return call
 
 

@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse
 
 import bayesvmf
-from bayesvmf import _compile_cache
+from bayesvmf import _compile_cache, _data
 from bayesvmf._base import BaseVMFEstimator
 from bayesvmf._compile_cache import ENV_DISABLE, compilation_cache
 
@@ -350,3 +350,61 @@ def test_host_kernel_rows_equal_scipy_and_the_onehot_product():
         jax.vmap(lambda h: _host_kernel.scipy_rows(h, idx[0], shape=A.shape, dtype=np.float32))(
             np.stack([handle, handle])
         )
+
+
+# ---- XLA options chosen by the size of the arguments (_compile_cache.jit) ------------------
+
+
+def test_small_arguments_compile_with_the_small_program_options():
+    def double(x):  # a function of its own: JAX's jit caches are per function and options
+        return 2.0 * x
+
+    f = _compile_cache.jit(double)
+    large, small = f.variants
+    f(np.ones(3))
+    assert (large._cache_size(), small._cache_size()) == (0, 1)
+    f(np.ones(_compile_cache.SMALL_PROGRAM_SIZE + 1))
+    assert (large._cache_size(), small._cache_size()) == (1, 1)
+    assert f._cache_size() == 2
+    assert small.lower(np.ones(3)).compile() is not None  # JAX accepts the options
+
+
+def test_a_call_inside_another_trace_takes_no_options():
+    """JAX refuses compiler_options on a nested jit, even for NumPy (untraced) arguments."""
+
+    def double(x):
+        return 2.0 * x
+
+    f = _compile_cache.jit(double)
+    np.testing.assert_array_equal(jax.jit(lambda y: f(np.ones(3)) + y)(1.0), np.full(3, 3.0))
+    assert f.variants[1]._cache_size() == 0
+    sizes = []
+    jax.jit(lambda x: sizes.append(_compile_cache.argument_size((x, 2))) or x)(np.ones(3))
+    assert sizes == [None]
+
+
+def test_argument_size_counts_entries_and_host_sparse_entries():
+    X = scipy.sparse.random(50, 40, density=0.1, format="csr", random_state=0)
+    X.data += 1.0
+    sparse = _data.to_device(X, kernel="scipy")
+    dense = _data.to_device(X.toarray(), transposed=True)
+    assert _compile_cache.argument_size(sparse) == X.nnz == 200
+    assert _compile_cache.argument_size((dense, {"k": np.zeros((3, 4))}, None, "a")) == (
+        2 * 50 * 40 + 12
+    )
+
+
+@pytest.mark.filterwarnings("ignore::bayesvmf.ConvergenceWarning")
+@pytest.mark.parametrize("name", ["SparseVMFMixture", "BayesianVMFMixture"])
+def test_fits_agree_under_either_options(name, monkeypatch):
+    """The options change the generated code, not the arithmetic: the same fit both ways."""
+    import bayesvmf.models as models
+
+    X = bayesvmf.make_vmf_mixture(120, 4, 3, kappa=20.0, random_state=0).X
+    small = getattr(models, name)(3, max_iter=20, random_state=0).fit(X)
+    monkeypatch.setattr(_compile_cache, "SMALL_PROGRAM_SIZE", -1)
+    large = getattr(models, name)(3, max_iter=20, random_state=0).fit(X)
+    np.testing.assert_array_equal(small.predict(X), large.predict(X))
+    np.testing.assert_allclose(small.mean_directions_, large.mean_directions_, atol=1e-12)
+    np.testing.assert_allclose(small.concentrations_, large.concentrations_, rtol=1e-10)
+    np.testing.assert_allclose(small.score(X), large.score(X), rtol=1e-12)
