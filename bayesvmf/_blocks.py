@@ -75,7 +75,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from sklearn.utils import _param_validation as pv
 
-from bayesvmf import _data
+from bayesvmf import _compile_cache, _data
 from bayesvmf._compile_cache import JIT_OPTIONS, count_trace
 from bayesvmf._data import DenseData, SparseData
 
@@ -350,7 +350,7 @@ class RowBlocks:
         return self._keep_real(np.asarray(values))
 
 
-@functools.partial(jax.jit, static_argnames="fn", compiler_options=JIT_OPTIONS)
+@functools.partial(_compile_cache.jit, static_argnames="fn", compiler_options=JIT_OPTIONS)
 def _map_rows(fn, replicated, data):
     """Return ``fn(replicated, block)`` of every block (:meth:`RowBlocks.map_rows`)."""
     count_trace("parallel.map_rows")

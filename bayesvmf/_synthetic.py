@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
+from bayesvmf import _compile_cache
 from bayesvmf.distribution import VonMisesFisher
 from bayesvmf.special import log_vmf_normalizer
 
@@ -222,7 +223,7 @@ def _draw_rows(key, mean_directions, concentrations, components):
         yield comp, np.asarray(x)[: len(comp)]
 
 
-@jax.jit
+@_compile_cache.jit
 def _misassigned(x, components, mean_directions, concentrations, log_weights):
     """Flag the draws whose MAP component (with the true parameters) is not their own."""
     n_features = mean_directions.shape[1]

@@ -47,13 +47,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf import _blocks, _mixture, _seeding, metrics
+from bayesvmf import _blocks, _compile_cache, _mixture, _seeding, metrics
 from bayesvmf.data import check_directional
 
 __all__ = ["Comparison", "compare", "shared_initial_labels"]
 
 
-@functools.partial(jax.jit, static_argnames=("n_components",))
+@functools.partial(_compile_cache.jit, static_argnames=("n_components",))
 def _kmeanspp_labels(rng_key, data, n_components):
     """Spherical k-means++ seeds, then every row to its closest seed (one compiled program)."""
     _mixture.count_trace("compare.init")

@@ -68,7 +68,7 @@ from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.kl import kl_divergence
 from numpyro.distributions.util import not_jax_tracer, validate_sample
 
-from bayesvmf import special
+from bayesvmf import _compile_cache, special
 
 __all__ = ["SphericalUniform", "VonMisesFisher", "unit_vector"]
 
@@ -577,7 +577,7 @@ def _safe_normalize(x):
     return x / jnp.maximum(norm, jnp.finfo(x.dtype).tiny)
 
 
-@partial(jax.jit, static_argnums=(3,))
+@partial(_compile_cache.jit, static_argnums=(3,))
 def _sample_vmf(key, loc, kappa, sample_shape):
     """Sample shape ``sample_shape + kappa.shape + (d,)``; loc has shape kappa.shape + (d,)."""
     dimension = loc.shape[-1]

@@ -97,6 +97,8 @@ from jax.custom_derivatives import SymbolicZero
 from jax.scipy.special import gammaln
 from scipy.special import gammaln as _host_gammaln
 
+from bayesvmf import _compile_cache
+
 from ._debye import debye_coefficients
 
 __all__ = [
@@ -466,13 +468,13 @@ def _branch_of_order(nu):
 
 # jitted once here, so that eager calls do not re-trace the loops (each call would otherwise
 # build new loop-body closures and compile them again).
-_LOG_BESSEL_IV = {b: jax.jit(_make_log_bessel_iv(b)) for b in _BRANCHES}
+_LOG_BESSEL_IV = {b: _compile_cache.jit(_make_log_bessel_iv(b)) for b in _BRANCHES}
 _LOG_VMF_NORMALIZER = {
-    (b, scaled): jax.jit(_make_log_vmf_normalizer(b, scaled))
+    (b, scaled): _compile_cache.jit(_make_log_vmf_normalizer(b, scaled))
     for b in _BRANCHES
     for scaled in (False, True)
 }
-_RATIO_PAIR = {b: jax.jit(functools.partial(_ratio_pair, b)) for b in _BRANCHES}
+_RATIO_PAIR = {b: _compile_cache.jit(functools.partial(_ratio_pair, b)) for b in _BRANCHES}
 
 
 def _normalizer(d, kappa, scaled):
@@ -726,7 +728,7 @@ def _make_kappa_from_rbar(branch):
     return solve
 
 
-_KAPPA_FROM_RBAR = {b: jax.jit(_make_kappa_from_rbar(b)) for b in _BRANCHES}
+_KAPPA_FROM_RBAR = {b: _compile_cache.jit(_make_kappa_from_rbar(b)) for b in _BRANCHES}
 
 
 def kappa_from_rbar(d, rbar, kappa_max=None):

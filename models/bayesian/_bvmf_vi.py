@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp, xlogy
 
-from bayesvmf import _mixture, _parallel, special
+from bayesvmf import _compile_cache, _mixture, _parallel, special
 from bayesvmf._program_cache import persistent_jit
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
@@ -390,7 +390,7 @@ class StreamState(NamedTuple):
 
 
 @functools.partial(
-    jax.jit,
+    _compile_cache.jit,
     static_argnames=("scheme", "num_samples", "num_warmup", "num_steps", "shared_kappa"),
     compiler_options=_mixture.JIT_OPTIONS,
 )

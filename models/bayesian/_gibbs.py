@@ -22,7 +22,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import _arviz, _data, _guards, _mcmc, _mixture, special
+from bayesvmf import _arviz, _compile_cache, _data, _guards, _mcmc, _mixture, special
 from bayesvmf._mixture import JIT_OPTIONS, count_trace
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.bayesian._gibbs_kernel import (
@@ -61,7 +61,7 @@ def _init_states(data, z, kappa, mu0, n_components):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("n_components", "shared"), compiler_options=JIT_OPTIONS
+    _compile_cache.jit, static_argnames=("n_components", "shared"), compiler_options=JIT_OPTIONS
 )
 def _initial_kappa(data, z, m, n_components, shared=False):
     """Start kappa_k at the ML estimate of the initial clusters (exp(m) if fewer than 2 rows).

@@ -61,7 +61,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.special import gammaln
 
-from bayesvmf import _data, _mcmc, _mixture
+from bayesvmf import _compile_cache, _data, _mcmc, _mixture
 from bayesvmf._data import DenseData
 from bayesvmf._mixture import JIT_OPTIONS, count_trace
 from bayesvmf.models.bayesian._kappa import Priors
@@ -569,7 +569,9 @@ def gibbs_sweep(
     return state, GibbsInfo(state.kappa, state.counts, log_joint, accept)
 
 
-@functools.partial(jax.jit, static_argnames=("max_nnz", "shared"), compiler_options=JIT_OPTIONS)
+@functools.partial(
+    _compile_cache.jit, static_argnames=("max_nnz", "shared"), compiler_options=JIT_OPTIONS
+)
 def _gibbs_chunk(
     keys, adapt, slots, states, frequency, retained, data, hyper, max_nnz, shared=False
 ):

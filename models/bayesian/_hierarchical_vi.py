@@ -84,7 +84,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from bayesvmf import _mixture
+from bayesvmf import _compile_cache, _mixture
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
@@ -315,10 +315,12 @@ def _vi_step_body(args, data, **static):
     return state, e_step(data, tree, state), info
 
 
-_vi_step = jax.jit(vi_step, static_argnames=STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS)
+_vi_step = _compile_cache.jit(
+    vi_step, static_argnames=STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS
+)
 
 
-@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+@functools.partial(_compile_cache.jit, compiler_options=_mixture.JIT_OPTIONS)
 def _leaf_log_predictive(data, psi, gamma, mean_log_kappa, var_log_kappa, log_weights):
     count_trace("hierarchical.predictive")
     return _leaf_log_predictive_rows((psi, gamma, mean_log_kappa, var_log_kappa, log_weights), data)
@@ -333,7 +335,9 @@ def _leaf_log_predictive_rows(params, data):
     )
 
 
-@functools.partial(jax.jit, static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)
+@functools.partial(
+    _compile_cache.jit, static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS
+)
 def _crisp_blocks(data, labels, n_components):
     """(N_l, r_l) of a crisp assignment of row blocks (labels laid out by ``data.row_array``)."""
     count_trace("hierarchical.crisp")

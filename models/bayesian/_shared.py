@@ -24,7 +24,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from bayesvmf import _arviz, _blocks, _guards, _mixture, special
+from bayesvmf import _arviz, _blocks, _compile_cache, _guards, _mixture, special
 from bayesvmf._base import RANDOM_STATE, check_count, make_key
 from bayesvmf._mixture import count_trace
 from bayesvmf.exceptions import ConvergenceWarning
@@ -120,7 +120,7 @@ def predictive_log_density(d: int, cos, gamma, mean_log_kappa, var_log_kappa):
 # --------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+@functools.partial(_compile_cache.jit, compiler_options=_mixture.JIT_OPTIONS)
 def _row_sum_blocks(data):
     """sum_i x_i of row blocks (padding rows weigh 0), added over the devices."""
     count_trace("hierarchical.row_sum")

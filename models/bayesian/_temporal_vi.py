@@ -122,7 +122,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from bayesvmf import _mixture, _parallel, special
+from bayesvmf import _compile_cache, _mixture, _parallel, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
@@ -480,11 +480,13 @@ def _vi_step_body(args, data, times, **static):
     return state, e_step(data, times, state), info
 
 
-_vi_step = jax.jit(vi_step, static_argnames=STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS)
+_vi_step = _compile_cache.jit(
+    vi_step, static_argnames=STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS
+)
 
 
 @functools.partial(
-    jax.jit,
+    _compile_cache.jit,
     static_argnames=("n_times", "n_components", "init"),
     compiler_options=_mixture.JIT_OPTIONS,
 )
@@ -548,10 +550,10 @@ def _log_predictive(data, times, psi, gamma, mean_log_kappa, var_log_kappa, log_
     )
 
 
-_log_predictive_jit = jax.jit(_log_predictive, compiler_options=_mixture.JIT_OPTIONS)
+_log_predictive_jit = _compile_cache.jit(_log_predictive, compiler_options=_mixture.JIT_OPTIONS)
 
 
-@functools.partial(jax.jit, compiler_options=_mixture.JIT_OPTIONS)
+@functools.partial(_compile_cache.jit, compiler_options=_mixture.JIT_OPTIONS)
 def _log_predictive_blocks(data, times, params):
     """:func:`_log_predictive` of the rows of row blocks, each device its rows (padded)."""
 

@@ -16,7 +16,7 @@ from jax import lax
 from jax.scipy.special import gammaln
 from scipy.optimize import linear_sum_assignment
 
-from bayesvmf import _mcmc, special
+from bayesvmf import _compile_cache, _mcmc, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus
 from bayesvmf.models.dirichlet._vem import VEMHyper, init_vem_state
@@ -259,7 +259,7 @@ def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum, shared_kappa=Fal
     return jax.vmap(one_chain)(keys, adapt, states, theta_sum)
 
 
-_gibbs_chunk_jit = jax.jit(_gibbs_chunk, static_argnames=("shared_kappa",))
+_gibbs_chunk_jit = _compile_cache.jit(_gibbs_chunk, static_argnames=("shared_kappa",))
 
 
 def _init_gibbs_state(

@@ -12,10 +12,9 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 
-from bayesvmf import special
+from bayesvmf import _compile_cache, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus
 from bayesvmf.models.dirichlet._vem import _local_step, _m_step
@@ -136,4 +135,4 @@ def _local_svi_step(replicated, data, w, doc, doc_weight, n_docs, shared_kappa: 
 
 
 #: one SVI step, one compiled program per bucketed chunk shape
-_svi_step = jax.jit(svi_step, static_argnames=("shared_kappa",))
+_svi_step = _compile_cache.jit(svi_step, static_argnames=("shared_kappa",))

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
 
-from bayesvmf import _mixture, _parallel, _seeding, special
+from bayesvmf import _compile_cache, _mixture, _parallel, _seeding, special
 from bayesvmf._mixture import count_trace
 from bayesvmf.models.dirichlet._corpus import Corpus
 
@@ -270,10 +270,10 @@ def _vmf_term(resp_sum, log_c, kappa, mu, resultant):
     return jnp.sum(resp_sum * log_c + kappa * jnp.sum(mu * resultant, axis=1))
 
 
-_log_normalizer_jit = jax.jit(_log_normalizer)
-_m_step_jit = jax.jit(_m_step, static_argnames=("shared_kappa",))
+_log_normalizer_jit = _compile_cache.jit(_log_normalizer)
+_m_step_jit = _compile_cache.jit(_m_step, static_argnames=("shared_kappa",))
 #: one VEM iteration, one compiled program (jitted once, here; one more with shared_kappa)
-_vem_step = jax.jit(vem_step, static_argnames=("shared_kappa",))
+_vem_step = _compile_cache.jit(vem_step, static_argnames=("shared_kappa",))
 
 
 def _sample_rows(key, logits, shape=()):
@@ -344,7 +344,7 @@ def _local_init(rng_key, data, w, row_id, n_topics: int, n_real: int):
     return mu, resultant, resp_sum
 
 
-_init_vem_state_jit = jax.jit(_init_vem_state, static_argnames=("n_topics", "n_real"))
+_init_vem_state_jit = _compile_cache.jit(_init_vem_state, static_argnames=("n_topics", "n_real"))
 
 
 def init_vem_state(
@@ -448,7 +448,7 @@ def _e_step_documents(corpus: Corpus, mu, kappa, log_c, alpha, max_iter, tol):
     return phi, bounds, n_iter, change
 
 
-_e_step_documents_jit = jax.jit(_e_step_documents)
+_e_step_documents_jit = _compile_cache.jit(_e_step_documents)
 
 
 def e_step_documents(corpus: Corpus, mu, kappa, alpha, max_iter=500, tol=1e-10):

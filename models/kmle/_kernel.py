@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from bayesvmf import _compile_cache
 from bayesvmf.models.kmle._wishart import _wishart_mle_from_stats
 
 #: Random visit orders handed to one call of the jitted inner loop (a static shape).
@@ -323,18 +324,18 @@ def hartigan_sweep(family: Family, state: KMLEState, data, perms, cap, tol, max_
     return state, SweepInfo(n_transfers, p, done)
 
 
-_hartigan_sweep = jax.jit(hartigan_sweep, static_argnums=0)
-_init_state = jax.jit(init_state, static_argnums=(0, 4))
-_complete_log_likelihood = jax.jit(complete_log_likelihood)
+_hartigan_sweep = _compile_cache.jit(hartigan_sweep, static_argnums=0)
+_init_state = _compile_cache.jit(init_state, static_argnums=(0, 4))
+_complete_log_likelihood = _compile_cache.jit(complete_log_likelihood)
 
 
-@jax.jit
+@_compile_cache.jit
 def _set_weights(state: KMLEState):
     """Line 18 of Algorithm 2: w_j = |C_j| / N."""
     return state._replace(log_weights=_log_weights(state.counts, state.log_lik.dtype))
 
 
-@partial(jax.jit, static_argnums=0)
+@partial(_compile_cache.jit, static_argnums=0)
 def _mixture_log_lik(family: Family, data, params, log_weights):
     """Return log w_j + log p_F(X_i; theta_j), the matrix behind predict and score_samples."""
     return family.log_lik(data, params) + log_weights

@@ -18,6 +18,7 @@ import scipy.linalg
 import scipy.sparse
 import scipy.special
 
+from bayesvmf import _compile_cache
 from bayesvmf.exceptions import DegenerateRunWarning
 from bayesvmf.models.kmle._estimator import KMLEMixture
 from bayesvmf.models.kmle._kernel import _MIN_ROWS, _bucket
@@ -81,7 +82,7 @@ def _log_component_inner(family, d, pa, pb):
     return pa["log_normalizer"] + pb["log_normalizer"] - log_c.reshape(kappa_sum.shape)
 
 
-@partial(jax.jit, static_argnums=0)
+@partial(_compile_cache.jit, static_argnums=0)
 def _log_vmf_normalizer(d, kappa):
     from bayesvmf import special
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 from functools import partial
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.special import gammaln
+
+from bayesvmf import _compile_cache
 
 #: Lower limit of the root finder's variable t = log(x - (d-1)/2): x - (d-1)/2 = 2e-22.
 _T_LO = -50.0
@@ -146,7 +147,7 @@ def multivariate_digamma(x, d: int):
     return _multivariate_digamma(jnp.asarray(x), d)
 
 
-@partial(jax.jit, static_argnums=1)
+@partial(_compile_cache.jit, static_argnums=1)
 def _multivariate_digamma(x, d):
     dtype = jnp.result_type(x.dtype, jnp.float32)
     j = jnp.arange(d, dtype=dtype)
@@ -192,7 +193,7 @@ def inverse_multivariate_digamma(y, d: int):
     return _inverse_multivariate_digamma(jnp.asarray(y), d)
 
 
-@partial(jax.jit, static_argnums=1)
+@partial(_compile_cache.jit, static_argnums=1)
 def _inverse_multivariate_digamma(y, d):
     dtype = jnp.result_type(y.dtype, jnp.float32)
     y = y.astype(dtype)

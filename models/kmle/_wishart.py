@@ -21,6 +21,7 @@ import scipy.special
 from jax import lax
 from jax.scipy.special import gammaln as jax_gammaln
 
+from bayesvmf import _compile_cache
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.kmle._special import (
     _T_LO,
@@ -61,7 +62,7 @@ def wishart_sufficient_stats(X):
     return _wishart_sufficient_stats(jnp.asarray(X))
 
 
-@jax.jit
+@_compile_cache.jit
 def _wishart_sufficient_stats(X):
     return _logdet_from_cholesky(jnp.linalg.cholesky(X)), -0.5 * X
 
@@ -94,7 +95,7 @@ def wishart_natural_params(dof, scale):
     return _wishart_natural_params(jnp.asarray(dof), jnp.asarray(scale))
 
 
-@jax.jit
+@_compile_cache.jit
 def _wishart_natural_params(dof, scale):
     d = scale.shape[-1]
     chol = jnp.linalg.cholesky(scale)
@@ -142,7 +143,7 @@ def wishart_log_normalizer(theta_n, theta_s):
     return _wishart_log_normalizer(jnp.asarray(theta_n), jnp.asarray(theta_s))
 
 
-@jax.jit
+@_compile_cache.jit
 def _wishart_log_normalizer(theta_n, theta_s):
     d = theta_s.shape[-1]
     log_det = _logdet_from_cholesky(jnp.linalg.cholesky(theta_s))
@@ -185,7 +186,7 @@ def wishart_log_prob(X, theta_n, theta_s):
     return _wishart_log_prob(jnp.asarray(X), jnp.asarray(theta_n), jnp.asarray(theta_s))
 
 
-@jax.jit
+@_compile_cache.jit
 def _wishart_log_prob(X, theta_n, theta_s):
     log_det, minus_half_x = _wishart_sufficient_stats(X)
     inner = jnp.sum(minus_half_x * theta_s, axis=(-2, -1))
@@ -284,7 +285,7 @@ def wishart_mle_from_stats(count, sum_log_det, scatter, max_dof=1e6, min_dof=Non
     return _wishart_mle_from_stats(jnp.asarray(count), jnp.asarray(sum_log_det), scatter, bounds)
 
 
-@jax.jit
+@_compile_cache.jit
 def _wishart_mle_from_stats(count, sum_log_det, scatter, bounds):
     """Return the MLE with ``bounds = (min_dof, max_dof)``; ``min_dof = d - 1``: unconstrained."""
     dtype = scatter.dtype
@@ -310,7 +311,7 @@ def _wishart_mle_from_stats(count, sum_log_det, scatter, bounds):
     return WishartParams(dof, theta_n, theta_s, log_norm)
 
 
-@jax.jit
+@_compile_cache.jit
 def _wishart_mle_alternating(n_samples, mean_log_det, scatter, tol, max_iter):
     # Algorithm 1 needs only N, mean log|X_i| and sum X_i, so the compiled loop depends on d
     # alone (not on N or max_iter): one compilation serves every sample of d x d matrices.

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayesvmf import _data, _mixture, _parallel, _seeding
+from bayesvmf import _compile_cache, _data, _mixture, _parallel, _seeding
 from bayesvmf._mixture import Status
 from bayesvmf._program_cache import persistent_jit
 
@@ -167,7 +167,7 @@ def _m_step(resultant, resp_sum, kappa, beta, kappa_max, shared_kappa: bool):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("shared_kappa",), compiler_options=_mixture.JIT_OPTIONS
+    _compile_cache.jit, static_argnames=("shared_kappa",), compiler_options=_mixture.JIT_OPTIONS
 )
 def m_step(resultant, resp_sum, kappa, beta, kappa_max, *, shared_kappa: bool):
     """M-step of Algorithm 2 of [1]_: weights (eq. (20)) and the mu/kappa fixed point.

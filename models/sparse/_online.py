@@ -18,7 +18,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from bayesvmf import _mixture, _parallel
+from bayesvmf import _compile_cache, _mixture, _parallel
 from bayesvmf._mixture import Status
 from bayesvmf.models.sparse._em import _m_step
 
@@ -39,7 +39,7 @@ class OnlineStats(NamedTuple):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("shared_kappa",), compiler_options=_mixture.JIT_OPTIONS
+    _compile_cache.jit, static_argnames=("shared_kappa",), compiler_options=_mixture.JIT_OPTIONS
 )
 def online_em_step(
     stats: OnlineStats,
