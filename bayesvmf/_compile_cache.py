@@ -171,14 +171,13 @@ def jit(fun: Callable | None = None, *, compiler_options: dict | None = None, **
     process that calls one function on small and on large arguments compiles each shape
     once, as before. Usable as ``@jit``, ``@jit(static_argnames=...)`` or
     ``jit(fun, ...)``; ``lower`` lowers with the options the arguments would get,
-    ``variants`` is the pair (large, small) of jitted functions and ``_cache_size`` counts
-    the programs of both.
+    ``variants`` is the pair (large, small) of jitted functions, ``options`` the pair of
+    their XLA options, and ``_cache_size`` counts the programs of both.
     """
     if fun is None:
         return functools.partial(jit, compiler_options=compiler_options, **jit_kwargs)
-    options = dict(compiler_options or {})
-    large = jax.jit(fun, compiler_options=options or None, **jit_kwargs)
-    small = jax.jit(fun, compiler_options={**options, **SMALL_PROGRAM_OPTIONS}, **jit_kwargs)
+    options = (dict(compiler_options or {}), {**(compiler_options or {}), **SMALL_PROGRAM_OPTIONS})
+    large, small = (jax.jit(fun, compiler_options=o or None, **jit_kwargs) for o in options)
 
     def pick(args, kwargs):
         return small if small_program((args, kwargs)) else large
@@ -189,6 +188,7 @@ def jit(fun: Callable | None = None, *, compiler_options: dict | None = None, **
 
     call.lower = lambda *args, **kwargs: pick(args, kwargs).lower(*args, **kwargs)
     call.variants = (large, small)
+    call.options = options
     # programs compiled, both variants (JAX's own counter, which tests read)
     call._cache_size = lambda: large._cache_size() + small._cache_size()
     return call

@@ -218,22 +218,19 @@ def persistent_jit(
         return functools.partial(
             persistent_jit, static_argnames=static_argnames, compiler_options=compiler_options
         )
-    from bayesvmf._compile_cache import SMALL_PROGRAM_OPTIONS, small_program
+    from bayesvmf import _compile_cache
 
     statics = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
-    # the XLA options of large and of small arguments (bayesvmf._compile_cache.jit)
-    variants = {False: dict(compiler_options or {})}
-    variants[True] = {**variants[False], **SMALL_PROGRAM_OPTIONS}
-    jitted_by_size = {
-        small: jax.jit(fun, static_argnames=statics, compiler_options=options or None)
-        for small, options in variants.items()
-    }
+    # the plain jits and XLA options of large and of small arguments, as everywhere else
+    sized = _compile_cache.jit(fun, static_argnames=statics, compiler_options=compiler_options)
+    jitted_by_size = dict(zip((False, True), sized.variants))
+    variants = dict(zip((False, True), sized.options))
     signature = inspect.signature(fun)
     name = f"{fun.__module__}.{fun.__qualname__}"
 
     @functools.wraps(fun)
     def call(*args, **kwargs):
-        small = small_program((args, kwargs))
+        small = _compile_cache.small_program((args, kwargs))
         jitted = jitted_by_size[small]
         folder = _active_folder()
         if folder is None:
