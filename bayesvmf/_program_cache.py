@@ -221,17 +221,16 @@ def persistent_jit(
     from bayesvmf import _compile_cache
 
     statics = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
-    # the plain jits and XLA options of large and of small arguments, as everywhere else
+    # the plain jits and XLA options of each size of arguments, as everywhere else
     sized = _compile_cache.jit(fun, static_argnames=statics, compiler_options=compiler_options)
-    jitted_by_size = dict(zip((False, True), sized.variants))
-    variants = dict(zip((False, True), sized.options))
+    jitted_by_size, variants = sized.variants, sized.options
     signature = inspect.signature(fun)
     name = f"{fun.__module__}.{fun.__qualname__}"
 
     @functools.wraps(fun)
     def call(*args, **kwargs):
-        small = _compile_cache.small_program((args, kwargs))
-        jitted = jitted_by_size[small]
+        tier = _compile_cache.program_tier((args, kwargs))
+        jitted = jitted_by_size[tier]
         folder = _active_folder()
         if folder is None:
             return jitted(*args, **kwargs)
@@ -253,7 +252,7 @@ def persistent_jit(
         # (sparse data on the host: its entries, which choose the options, are not a shape)
         signature_key = (
             name,
-            small,
+            tier,
             tuple(static_key),
             treedef,
             tuple(shapes),
@@ -261,10 +260,10 @@ def persistent_jit(
         )
         key = _KEYS.get(signature_key)
         if key is None:
-            key = _KEYS[signature_key] = _file_key(static_key, treedef, shapes, variants[small])
+            key = _KEYS[signature_key] = _file_key(static_key, treedef, shapes, variants[tier])
         if key not in _LOADED:
             _LOADED[key] = _load_or_export(
-                fun, static, dynamic, treedef, folder / PROGRAMS, key, variants[small]
+                fun, static, dynamic, treedef, folder / PROGRAMS, key, variants[tier]
             )
         program = _LOADED[key]
         if program is None:

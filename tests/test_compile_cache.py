@@ -355,18 +355,25 @@ def test_host_kernel_rows_equal_scipy_and_the_onehot_product():
 # ---- XLA options chosen by the size of the arguments (_compile_cache.jit) ------------------
 
 
-def test_small_arguments_compile_with_the_small_program_options():
+def test_arguments_compile_with_the_options_of_their_size():
     def double(x):  # a function of its own: JAX's jit caches are per function and options
         return 2.0 * x
 
     f = _compile_cache.jit(double)
-    large, small = f.variants
-    f(np.ones(3))
-    assert (large._cache_size(), small._cache_size()) == (0, 1)
+    large, small, tiny = f.variants
+    counts = lambda: tuple(v._cache_size() for v in f.variants)  # noqa: E731
+    f(np.ones(_compile_cache.TINY_PROGRAM_SIZE))
+    assert counts() == (0, 0, 1)
+    f(np.ones(_compile_cache.TINY_PROGRAM_SIZE + 1))
+    assert counts() == (0, 1, 1)
     f(np.ones(_compile_cache.SMALL_PROGRAM_SIZE + 1))
-    assert (large._cache_size(), small._cache_size()) == (1, 1)
-    assert f._cache_size() == 2
-    assert small.lower(np.ones(3)).compile() is not None  # JAX accepts the options
+    assert counts() == (1, 1, 1)
+    assert f._cache_size() == 3
+    # each tier adds its options to the ones of the larger tier
+    assert f.options[1] == {**f.options[0], **_compile_cache.SMALL_PROGRAM_OPTIONS}
+    assert f.options[2] == {**f.options[1], **_compile_cache.TINY_PROGRAM_OPTIONS}
+    for variant in (small, tiny):  # JAX accepts the options
+        assert variant.lower(np.ones(3)).compile() is not None
 
 
 def test_a_call_inside_another_trace_takes_no_options():
@@ -377,7 +384,7 @@ def test_a_call_inside_another_trace_takes_no_options():
 
     f = _compile_cache.jit(double)
     np.testing.assert_array_equal(jax.jit(lambda y: f(np.ones(3)) + y)(1.0), np.full(3, 3.0))
-    assert f.variants[1]._cache_size() == 0
+    assert [v._cache_size() for v in f.variants[1:]] == [0, 0]
     sizes = []
     jax.jit(lambda x: sizes.append(_compile_cache.argument_size((x, 2))) or x)(np.ones(3))
     assert sizes == [None]
@@ -396,15 +403,22 @@ def test_argument_size_counts_entries_and_host_sparse_entries():
 
 @pytest.mark.filterwarnings("ignore::bayesvmf.ConvergenceWarning")
 @pytest.mark.parametrize("name", ["SparseVMFMixture", "BayesianVMFMixture"])
-def test_fits_agree_under_either_options(name, monkeypatch):
-    """The options change the generated code, not the arithmetic: the same fit both ways."""
+def test_fits_agree_under_every_options(name, monkeypatch):
+    """The options change the generated code, not the arithmetic: the same fit every way."""
     import bayesvmf.models as models
 
     X = bayesvmf.make_vmf_mixture(120, 4, 3, kappa=20.0, random_state=0).X
-    small = getattr(models, name)(3, max_iter=20, random_state=0).fit(X)
+    fits = {"tiny": getattr(models, name)(3, max_iter=20, random_state=0).fit(X)}
+    monkeypatch.setattr(_compile_cache, "TINY_PROGRAM_SIZE", -1)
+    fits["small"] = getattr(models, name)(3, max_iter=20, random_state=0).fit(X)
     monkeypatch.setattr(_compile_cache, "SMALL_PROGRAM_SIZE", -1)
     large = getattr(models, name)(3, max_iter=20, random_state=0).fit(X)
-    np.testing.assert_array_equal(small.predict(X), large.predict(X))
-    np.testing.assert_allclose(small.mean_directions_, large.mean_directions_, atol=1e-12)
-    np.testing.assert_allclose(small.concentrations_, large.concentrations_, rtol=1e-10)
-    np.testing.assert_allclose(small.score(X), large.score(X), rtol=1e-12)
+    for tier, fit in fits.items():
+        np.testing.assert_array_equal(fit.predict(X), large.predict(X), err_msg=tier)
+        np.testing.assert_allclose(
+            fit.mean_directions_, large.mean_directions_, atol=1e-12, err_msg=tier
+        )
+        np.testing.assert_allclose(
+            fit.concentrations_, large.concentrations_, rtol=1e-10, err_msg=tier
+        )
+        np.testing.assert_allclose(fit.score(X), large.score(X), rtol=1e-12, err_msg=tier)
