@@ -108,13 +108,13 @@ SMALL_PROGRAM_OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
 SMALL_PROGRAM_SIZE = 2**20
 
 #: XLA options added, on top of :data:`SMALL_PROGRAM_OPTIONS`, for programs on tiny
-#: arguments: LLVM's optimisation level 2 instead of XLA's default 3. It compiles 15-25%
-#: faster (small fits of four models and a Gibbs chain, 300 x 20 and 500 x 50: backend
-#: compilation 15.1-16.2 -> 12.3-12.9 s), while the programs it makes run a few
-#: milliseconds slower at this size (SparseVMFMixture on dense 1,000 x 60, K = 10:
-#: 0.032-0.051 -> 0.041-0.062 s per fit after the first; the Gibbs chain no slower) but a
-#: whole tenth of a second slower on larger ones (dense 4,000 x 200: 0.08-0.15 ->
-#: 0.15-0.26 s), so it stops at :data:`TINY_PROGRAM_SIZE`.
+#: arguments: LLVM's optimisation level 2 instead of XLA's default 3. Small fits of four
+#: models and a Gibbs chain (300 x 20, 500 x 50) compiled in 12.3-12.9 s instead of
+#: 15.1-16.2 s with it on every program, and their programs ran as fast at this size (500 x
+#: 50, per fit after the first: SparseVMFMixture 0.034 s against 0.029 s, B-vMFmix 0.059 s
+#: both, the Gibbs chain 0.92 s against 0.95 s). On larger data its programs run slower
+#: (SparseVMFMixture on dense 4,000 x 200: 0.15-0.26 s per fit against 0.08-0.15 s), so it
+#: stops at :data:`TINY_PROGRAM_SIZE` (docs/design.md section 5).
 TINY_PROGRAM_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 2}
 
 #: Arguments of at most this many entries compile with :data:`TINY_PROGRAM_OPTIONS` too.

@@ -325,7 +325,7 @@ def persistent_jit(
         # traced one would leave the next process a compilation to do
         return jax.export.deserialize(bytearray(blob))
 
-    call.jitted = jitted_by_size[False]
+    call.jitted = jitted_by_size[0]
     return call
 
 
