@@ -64,6 +64,8 @@ from typing import Any
 
 import jax
 
+from bayesvmf._program_cache import prefetching
+
 __all__ = [
     "CACHED_METHODS",
     "ENV_DISABLE",
@@ -392,6 +394,9 @@ def program_folder() -> Path | None:
 def cached(method: Callable) -> Callable:
     """Return ``method`` running inside :func:`compilation_cache` (its default settings).
 
+    Inside that block, :func:`bayesvmf._program_cache.prefetching` reads the programs the
+    last call of the same signature used ahead, in a thread.
+
     Used by :class:`bayesvmf._base.BaseVMFEstimator` on the :data:`CACHED_METHODS` of its
     subclasses; nested calls (``fit`` calling ``fit_predict``) cost one attribute read.
 
@@ -420,7 +425,7 @@ def cached(method: Callable) -> Callable:
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    with compilation_cache():
+                    with compilation_cache(), prefetching(method.__qualname__, args, kwargs):
                         result = method(*args, **kwargs)
             except BaseException:
                 with contextlib.suppress(Warning):

@@ -215,7 +215,7 @@ SCRIPT = textwrap.dedent(
     from bayesvmf.models import BayesianVMFMixture, SparseVMFMixture
 
     bayesvmf.set_compilation_cache(True, sys.argv[1])
-    events, names, draws = [], [], []
+    events, names, draws, threads = [], [], [], []
     jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
 
 
@@ -229,6 +229,7 @@ SCRIPT = textwrap.dedent(
                 # only there); a message without it is kept whole, flagged, and fails the test
                 head, marker, _ = message.partition(". Argument mapping")
                 names.append(head[len("Compiling ") :] if marker else "NO-MARKER " + message)
+                threads.append(record.threadName)
 
 
     logging.getLogger("jax").addHandler(Names())
@@ -249,7 +250,8 @@ SCRIPT = textwrap.dedent(
     counts = {name.rsplit("/", 1)[-1]: events.count(name) for name in set(events)}
     imports = sorted({"scipy.io", "bayesvmf.datasets"} & set(sys.modules))
     print(json.dumps({"events": counts, "dense_names": dense_names, "imports": imports,
-                      "draws": len(draws)}))
+                      "draws": len(draws),
+                      "prefetched": threads.count("bayesvmf-prefetch")}))
     """
 )
 
@@ -271,10 +273,11 @@ def _run_script(script: str, folder) -> str:
 
 def test_a_later_process_reads_the_fits_back_and_runs_no_eager_operation(tmp_path):
     """A second process's fits (dense Sparse and B-vMFmix with defaults, and CSR) compile
-    nothing: all come from the cache. Its dense fits compile only deserialised programs
-    (``jit(call)``), each once: an eager operation (a key split, a transpose, a sum outside a
-    program) would be traced and lowered again in every new process. One pair of processes checks
-    both (each new process costs the suite about ten seconds)."""
+    nothing: all come from the cache, some read ahead by the prefetch thread. Its dense
+    fits compile only deserialised programs (``jit(call)``), each once: an eager operation
+    (a key split, a transpose, a sum outside a program) would be traced and lowered again in
+    every new process. One pair of processes checks both (each new process costs the suite
+    about ten seconds)."""
 
     def run():
         return json.loads(_run_script(SCRIPT, tmp_path / "jax").splitlines()[-1])
@@ -287,6 +290,9 @@ def test_a_later_process_reads_the_fits_back_and_runs_no_eager_operation(tmp_pat
     assert first["draws"] > 0 and second["draws"] == 0
     assert second["events"]["cache_hits"] == first["events"]["cache_misses"] - first["draws"]
     assert second["events"].get("cache_misses", 0) == 0
+    # the second process reads programs ahead (_program_cache.prefetching), the first has
+    # nothing to read ahead
+    assert first["prefetched"] == 0 and second["prefetched"] > 0
     for compiled in second["dense_names"]:  # "NAME with global shapes and types (...)"
         assert compiled, "no program compiled at all: the log capture is broken"
         assert {c.split()[0] for c in compiled} == {"jit(call)"}, compiled

@@ -1,15 +1,23 @@
 """Tests of bayesvmf._program_cache: traced programs written to and read from disk."""
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.sparse
 
 from bayesvmf import _program_cache
 from bayesvmf._compile_cache import ENV_DISABLE, compilation_cache
-from bayesvmf._program_cache import PROGRAMS, persistent_jit
+from bayesvmf._program_cache import PROGRAMS, persistent_jit, prefetching
 
 TRACES = []
 
@@ -57,9 +65,11 @@ def _files(folder):
 
 
 def _forget():
-    """Forget the programs and keys of this process (as a new process would start)."""
+    """Forget the programs, keys and manifests of this process (as a new process would)."""
     _program_cache._LOADED.clear()
     _program_cache._KEYS.clear()
+    _program_cache._MANIFESTS.clear()
+    _program_cache._MANIFEST_PATHS.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -67,6 +77,8 @@ def _fresh(monkeypatch):
     monkeypatch.delenv(ENV_DISABLE, raising=False)  # the suite turns the cache off
     monkeypatch.setattr(_program_cache, "_LOADED", {})
     monkeypatch.setattr(_program_cache, "_KEYS", {})
+    monkeypatch.setattr(_program_cache, "_MANIFESTS", {})
+    monkeypatch.setattr(_program_cache, "_MANIFEST_PATHS", {})
     TRACES.clear()
 
 
@@ -190,3 +202,147 @@ def test_static_functions_by_name_and_unnamed_ones_not_kept(tmp_path):
         assert len(_files(tmp_path)) == 1  # keyed by the function's module and name
         np.testing.assert_array_equal(_apply(lambda v: 2.0 * v, x), [1.0, 3.0, 5.0])
     assert len(_files(tmp_path)) == 1  # a lambda has no name to key it by: plain jit
+
+
+def _compiling_threads(monkeypatch):
+    """Record the name of the thread of every compilation (read back) of a program."""
+    names = []
+    compile_ = _program_cache._compile
+
+    def compile_and_note(exported, options):
+        names.append(threading.current_thread().name)
+        return compile_(exported, options)
+
+    monkeypatch.setattr(_program_cache, "_compile", compile_and_note)
+    return names
+
+
+def _manifests(folder):
+    return sorted((folder / PROGRAMS).glob("*.manifest"))
+
+
+def test_a_later_call_reads_its_programs_ahead_in_a_thread(tmp_path, monkeypatch):
+    """The programs a call used are read back by the prefetch thread before the next call of
+    that signature (in a new process) asks for them, in the order used, and then run."""
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        expected = [_program.jitted(pair, scaled, p) for p in (3, 2)]
+        TRACES.clear()
+        with compilation_cache(folder=tmp_path), prefetching("m", (pair, scaled), {}):
+            _program(pair, scaled, 3)
+            _program(pair, scaled, 2)
+            _program(pair, scaled, 3)
+        (manifest,) = _manifests(tmp_path)
+        entries = json.loads(manifest.read_text())["programs"]
+        assert len(entries) == 2 and all(x64 is True for _, _, x64 in entries)
+        assert TRACES == [3, 2]
+        _forget()
+        threads = _compiling_threads(monkeypatch)
+        with compilation_cache(folder=tmp_path), prefetching("m", (pair, scaled), {}):
+            deadline = time.monotonic() + 60
+            while len(_program_cache._LOADED) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)  # the method's own work, before it calls a program
+            assert sorted(_program_cache._LOADED) == sorted(key for key, _, _ in entries)
+            out = [_program(pair, scaled, p) for p in (3, 2)]
+    assert TRACES == [3, 2]  # read back: no tracing
+    assert threads == ["bayesvmf-prefetch"] * 2
+    assert manifest.read_text() == json.dumps({"format": 1, "programs": entries})
+    for got, want in zip(out, expected, strict=True):
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_call_that_raises_writes_no_manifest_and_stops_its_thread(tmp_path, monkeypatch):
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        with compilation_cache(folder=tmp_path), prefetching("m", (pair,), {}):
+            _program(pair, scaled, 3)
+            _program(pair, scaled, 2)
+        _forget()
+        threads = _compiling_threads(monkeypatch)
+        (manifest,) = _manifests(tmp_path)
+        before = manifest.read_bytes()
+        with pytest.raises(RuntimeError, match="stopped"):
+            with compilation_cache(folder=tmp_path), prefetching("m", (pair,), {}):
+                _program(pair, Scaled(jnp.ones(4), (4,), "b"), 5)  # another program
+                raise RuntimeError("stopped")
+    assert not any(t.name == "bayesvmf-prefetch" for t in threading.enumerate())
+    assert manifest.read_bytes() == before and len(_manifests(tmp_path)) == 1
+    # the thread stops after the program it is reading: nothing is read after the block
+    assert len(threads) <= 3 and len(_program_cache._PENDING) == 0
+
+
+def test_a_damaged_manifest_reads_nothing_ahead_and_is_written_again(tmp_path, monkeypatch):
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        with compilation_cache(folder=tmp_path), prefetching("m", (pair,), {}):
+            _program(pair, scaled, 3)
+        (manifest,) = _manifests(tmp_path)
+        good = manifest.read_bytes()
+        manifest.write_bytes(b"[not json")
+        _forget()
+        threads = _compiling_threads(monkeypatch)
+        with compilation_cache(folder=tmp_path), prefetching("m", (pair,), {}):
+            _program(pair, scaled, 3)
+    assert threads == ["MainThread"] and manifest.read_bytes() == good
+
+
+def test_the_signature_is_shapes_and_settings_not_seed_or_values():
+    from bayesvmf.models import BayesianVMFMixture
+
+    signature = _program_cache._signature
+    X = np.ones((5, 3))
+    assert signature((BayesianVMFMixture(3, random_state=0), X)) == signature(
+        (BayesianVMFMixture(3, random_state=1), 2.0 * X)
+    )
+    assert signature((BayesianVMFMixture(3), X)) != signature((BayesianVMFMixture(4), X))
+    assert signature(X) != signature(X[:4]) != signature(X.astype(np.float32))
+    A = scipy.sparse.random(5, 3, density=0.5, random_state=0, format="csr")
+    B = scipy.sparse.random(5, 3, density=0.2, random_state=0, format="csr")
+    assert signature(A) != signature(B)  # stored entries shape the sparse programs
+    assert signature([X, X[:2]]) != signature([X[:2], X])
+
+
+def test_outside_a_cache_block_it_records_and_reads_nothing(tmp_path):
+    pair, scaled = _arguments()
+    with jax.enable_x64(True), prefetching("m", (pair,), {}):
+        _program(pair, scaled, 3)
+    assert not (tmp_path / PROGRAMS).exists() and _program_cache._MANIFESTS == {}
+
+
+def test_arguments_on_another_device_take_the_plain_jit(tmp_path):
+    """A program read back runs on the default device: an argument committed to another one,
+    or a default device set by the caller, takes the plain jit (run where JAX would)."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import jax, jax.numpy as jnp
+        from bayesvmf._compile_cache import compilation_cache
+        from bayesvmf._program_cache import persistent_jit
+
+        @persistent_jit
+        def double(x):
+            return 2.0 * x
+
+        other = jax.devices()[1]
+        with compilation_cache(folder=sys.argv[1]):
+            home = double(jnp.arange(3.0))
+            there = double(jax.device_put(jnp.arange(3.0), other))
+            with jax.default_device(other):
+                default = double(jnp.arange(3.0))
+        print(home.devices() == {jax.devices()[0]}, there.devices() == {other},
+              default.devices() == {other}, there.tolist())
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != ENV_DISABLE}
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["True", "True", "True", "[0.0,", "2.0,", "4.0]"]
