@@ -453,8 +453,8 @@ def _signature(value, depth: int = 0):
     """Return what of a method's argument chooses its programs: shapes, types, settings.
 
     Arrays (NumPy, JAX, SciPy sparse) by type, shape, dtype and stored entries; sequences
-    and mappings element by element (three levels deep); an estimator by its class and its
-    parameters but the seed; other objects by their type.
+    and mappings element by element (three levels deep); functions by module and name; an
+    estimator by its class and its parameters but the seed; other objects by their type.
     """
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         nnz = getattr(value, "nnz", None)
@@ -465,6 +465,8 @@ def _signature(value, depth: int = 0):
         return (type(value).__name__, tuple(_signature(v, depth + 1) for v in value))
     if depth < 3 and isinstance(value, dict):
         return tuple(sorted((str(k), _signature(v, depth + 1)) for k, v in value.items()))
+    if callable(value) and not isinstance(value, type) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"  # a function
     if depth < 3 and hasattr(value, "_get_param_names"):
         # get_params(deep=False) without its inspection of the signature at every call
         params = {name: getattr(value, name, None) for name in _param_names(type(value))}
@@ -549,7 +551,9 @@ def prefetching(method: str, args: tuple, kwargs: dict) -> Iterator[None]:
     ]
     if found and found != entries:
         _MANIFESTS[path] = found
-        _write(path, json.dumps({"format": _MANIFEST_FORMAT, "programs": found}).encode())
+        with contextlib.suppress(TypeError, ValueError):  # options JSON cannot hold: no file
+            text = json.dumps({"format": _MANIFEST_FORMAT, "programs": found})
+            _write(path, text.encode())
 
 
 def _prefetch(folder: Path, entries: list, stop: threading.Event) -> None:
