@@ -105,8 +105,20 @@ _LOCK = threading.RLock()
 #: Format of the manifests (JSON: the programs an estimator method used, in order).
 _MANIFEST_FORMAT = 1
 
-#: The programs the running estimator method has called: key -> (XLA options, x64).
-_RECORDING: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+class _Recording:
+    """What an estimator method has done with programs, for its manifest.
+
+    ``used``: the programs it called, key -> (XLA options, x64), in order; ``read``: whether
+    it had to read or export one itself (one not loaded when it called it).
+    """
+
+    def __init__(self):
+        self.used: dict[str, tuple[dict, bool]] = {}
+        self.read = False
+
+
+#: The recording of the running estimator method (:func:`prefetching`).
+_RECORDING: contextvars.ContextVar[_Recording | None] = contextvars.ContextVar(
     "bayesvmf_programs_used", default=None
 )
 
@@ -323,7 +335,10 @@ def persistent_jit(
         if key is None:
             key = _KEYS[signature_key] = _file_key(static_key, treedef, shapes, variants[tier])
         program = _LOADED.get(key, _ABSENT)
+        recording = _RECORDING.get()
         if program is _ABSENT:
+            if recording is not None:
+                recording.read = True
             program = _obtain(
                 key,
                 lambda: _load_or_export(
@@ -332,9 +347,8 @@ def persistent_jit(
             )
         if program is None:
             return jitted(*args, **kwargs)
-        recording = _RECORDING.get()
-        if recording is not None and key not in recording:
-            recording[key] = (variants[tier], bool(jax.config.jax_enable_x64))
+        if recording is not None and key not in recording.used:
+            recording.used[key] = (variants[tier], bool(jax.config.jax_enable_x64))
         return program(dynamic)
 
     def _file_key(static_key, treedef, shapes, options):
@@ -482,14 +496,30 @@ def _param_names(cls: type) -> tuple[str, ...]:
 
 
 def _read_manifest(path: Path) -> list:
+    """Return the entries of the manifest ``path`` ([] when absent, damaged or foreign)."""
     if path not in _MANIFESTS:
         try:
             content = json.loads(path.read_bytes())
             entries = content["programs"] if content.get("format") == _MANIFEST_FORMAT else []
+            if not all(_valid_entry(entry) for entry in entries):
+                entries = []
         except Exception:  # absent, damaged or foreign: nothing to read ahead
             entries = []
         _MANIFESTS[path] = entries
     return _MANIFESTS[path]
+
+
+def _valid_entry(entry) -> bool:
+    """Whether ``entry`` is [key, [[option, value], ...], x64], as :func:`prefetching` writes."""
+    if not (isinstance(entry, list) and len(entry) == 3):
+        return False
+    key, options, x64 = entry
+    return (
+        isinstance(key, str)
+        and isinstance(x64, bool)
+        and isinstance(options, list)
+        and all(isinstance(o, list) and len(o) == 2 and isinstance(o[0], str) for o in options)
+    )
 
 
 @contextlib.contextmanager
@@ -505,9 +535,12 @@ def prefetching(method: str, args: tuple, kwargs: dict) -> Iterator[None]:
     calls before the thread has it is read by the method itself, or waited for when the
     thread is reading it (:func:`_obtain`). On exit the thread stops after the program it
     is reading and is joined, so that nothing reads the cache after the block that opened
-    it. Outside a :func:`bayesvmf._compile_cache.compilation_cache` block with a folder of
-    its own it does nothing; when every program of the manifest is loaded already (any
-    later call in the process) it starts no thread, and costs about 20 us.
+    it. The manifest is written only by a call that read or exported a program itself, so
+    that calls of one method on many shapes whose programs are shared (bucketed rows) leave
+    one file, not one per shape. Outside a :func:`bayesvmf._compile_cache.compilation_cache`
+    block with a folder of its own it does nothing; when every program of the manifest is
+    loaded already (any later call in the process) it starts no thread, and costs about
+    20 us.
 
     Measured (dense 50,000 x 256, K = 32, defaults, 2 cores; new processes after one that
     filled the cache, the two ways alternated, four processes each): the first
@@ -535,8 +568,8 @@ def prefetching(method: str, args: tuple, kwargs: dict) -> Iterator[None]:
         )
         thread.daemon = True
         thread.start()
-    used: dict = {}
-    token = _RECORDING.set(used)
+    recording = _Recording()
+    token = _RECORDING.set(recording)
     try:
         yield
     finally:
@@ -544,12 +577,14 @@ def prefetching(method: str, args: tuple, kwargs: dict) -> Iterator[None]:
         stop.set()
         if thread is not None:
             thread.join()
-    # reached only when the method returned: a failed call may have stopped halfway
+    # reached only when the method returned: a failed call may have stopped halfway. A call
+    # that found all its programs loaded writes nothing: another signature's call of this
+    # process read them (predict on batches of many sizes would leave a file per size)
     found = [
         [key, [[name, value] for name, value in sorted(options.items())], x64]
-        for key, (options, x64) in used.items()
+        for key, (options, x64) in recording.used.items()
     ]
-    if found and found != entries:
+    if recording.read and found != entries:
         _MANIFESTS[path] = found
         with contextlib.suppress(TypeError, ValueError):  # options JSON cannot hold: no file
             text = json.dumps({"format": _MANIFEST_FORMAT, "programs": found})

@@ -272,19 +272,36 @@ def test_a_call_that_raises_writes_no_manifest_and_stops_its_thread(tmp_path, mo
     assert len(threads) <= 3 and len(_program_cache._PENDING) == 0
 
 
-def test_a_damaged_manifest_reads_nothing_ahead_and_is_written_again(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "damage",
+    [b"[not json", b'{"format": 1, "programs": [[1, 2]]}', b'{"format": 1, "programs": 3}'],
+)
+def test_a_damaged_manifest_reads_nothing_ahead_and_is_written_again(tmp_path, monkeypatch, damage):
     pair, scaled = _arguments()
     with jax.enable_x64(True):
         with compilation_cache(folder=tmp_path), prefetching("m", (pair,), {}):
             _program(pair, scaled, 3)
         (manifest,) = _manifests(tmp_path)
         good = manifest.read_bytes()
-        manifest.write_bytes(b"[not json")
+        manifest.write_bytes(damage)
         _forget()
         threads = _compiling_threads(monkeypatch)
         with compilation_cache(folder=tmp_path), prefetching("m", (pair,), {}):
             _program(pair, scaled, 3)
     assert threads == ["MainThread"] and manifest.read_bytes() == good
+
+
+def test_a_call_that_read_no_program_itself_writes_no_manifest(tmp_path):
+    """Calls whose programs an earlier call of the process loaded (predict on batches of
+    many sizes, rows bucketed into few programs) leave no file of their own."""
+    pair, scaled = _arguments()
+    with jax.enable_x64(True), compilation_cache(folder=tmp_path):
+        with prefetching("m", (pair,), {}):
+            _program(pair, scaled, 3)
+        for size in (5, 6, 7):
+            with prefetching("m", (np.ones(size), pair), {}):
+                _program(pair, scaled, 3)
+    assert len(_manifests(tmp_path)) == 1
 
 
 def test_the_signature_is_shapes_and_settings_not_seed_or_values():
