@@ -105,6 +105,7 @@ _LOCK = threading.RLock()
 #: Format of the manifests (JSON: the programs an estimator method used, in order).
 _MANIFEST_FORMAT = 1
 
+
 class _Recording:
     """What an estimator method has done with programs, for its manifest.
 
