@@ -17,6 +17,8 @@ import atexit
 import gc
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -49,6 +51,34 @@ def shared_data_or_skip(*names: str) -> Path:
         if not (SHARED_DATA / name).exists():
             pytest.skip(f"reproduction data {SHARED_DATA / name} is absent (needs ../shared/data)")
     return SHARED_DATA
+
+
+def run_python(script: str, *args, env: dict | None = None, timeout: float = 300) -> str:
+    """Run ``script`` in a new Python process; return its stdout (a failure fails the test).
+
+    ``env``: changes to this process's environment (a value of None removes the variable).
+    A run that takes longer than ``timeout`` seconds fails the test instead of stalling
+    the suite.
+    """
+    environment = dict(os.environ)
+    for name, value in (env or {}).items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script, *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the script did not finish in {timeout} s: {(exc.stderr or b'')[-3000:]!r}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
 
 
 def numpy_lloyd(X, mu, passes):

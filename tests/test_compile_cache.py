@@ -1,9 +1,6 @@
 """The scoped persistent compilation cache of bayesvmf._compile_cache."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -13,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
+from conftest import run_python
 
 import bayesvmf
 from bayesvmf import _compile_cache, _data
@@ -258,17 +256,7 @@ SCRIPT = textwrap.dedent(
 
 def _run_script(script: str, folder) -> str:
     """Run ``script`` in a new Python process with the cache folder ``folder``; its stdout."""
-    env = {k: v for k, v in os.environ.items() if k != ENV_DISABLE}
-    proc = subprocess.run(
-        [sys.executable, "-c", script, str(folder)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+    return run_python(script, folder, env={ENV_DISABLE: None})
 
 
 def test_a_later_process_reads_the_fits_back_and_runs_no_eager_operation(tmp_path):

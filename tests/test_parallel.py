@@ -1,9 +1,6 @@
 """Data-parallel fits (devices=) and the padded row blocks of bayesvmf._parallel."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -11,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import shared_data_or_skip
+from conftest import run_python, shared_data_or_skip
 
 from bayesvmf import _blocks, _data, _mixture, _parallel, _seeding
 from bayesvmf.data import check_directional
@@ -179,25 +176,11 @@ def _run_on_two_devices(script, *args, timeout=600, env=None):
     fails the test instead of stalling the suite. ``env``: more environment variables.
     """
     env = {
-        **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
         **(env or {}),
     }
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", script, *map(str, args)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        stderr = (exc.stderr or b"")[-3000:]
-        pytest.fail(f"the two-device run {args} did not finish in {timeout} s: {stderr!r}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return json.loads(run_python(script, *args, env=env, timeout=timeout))
 
 
 class _TwoDeviceRuns(dict):

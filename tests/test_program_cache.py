@@ -1,9 +1,6 @@
 """Tests of bayesvmf._program_cache: traced programs written to and read from disk."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -14,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
+from conftest import run_python
 
 from bayesvmf import _program_cache
 from bayesvmf._compile_cache import ENV_DISABLE, compilation_cache
@@ -351,15 +349,6 @@ def test_arguments_on_another_device_take_the_plain_jit(tmp_path):
               default.devices() == {other}, there.tolist())
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != ENV_DISABLE}
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-    proc = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["True", "True", "True", "[0.0,", "2.0,", "4.0]"]
+    env = {ENV_DISABLE: None, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    out = run_python(script, tmp_path, env=env)
+    assert out.split() == ["True", "True", "True", "[0.0,", "2.0,", "4.0]"]

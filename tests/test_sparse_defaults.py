@@ -6,17 +6,14 @@ bayesvmf._guards on the kept run (a near-uniform background component), one warn
 """
 
 import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 import warnings
 
 import jax
 import numpy as np
 import pytest
-from conftest import numpy_lloyd
+from conftest import numpy_lloyd, run_python
 from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf import _data
@@ -179,24 +176,9 @@ SHARDED_DEFAULTS = textwrap.dedent(
 @pytest.fixture(scope="module")
 def sharded_defaults():
     """Default fits on one device and on two forced devices (sparse rows; dense rows)."""
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-        "JAX_PLATFORMS": "cpu",
-    }
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", SHARDED_DEFAULTS],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail("the two-device fit did not finish in 300 s")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    stdout = run_python(SHARDED_DEFAULTS, env=env, timeout=300)
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["n_devices"] == 2
     return out
 
