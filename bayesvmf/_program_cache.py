@@ -464,20 +464,24 @@ def _obtain(key: str, load: Callable):
             return program
 
 
-def _signature(value, depth: int = 0):
+def _signature(value, depth: int = 0, inside_data: bool = False):
     """Return what of a method's argument chooses its programs: shapes, types, settings.
 
     Arrays (NumPy, JAX, SciPy sparse) by type, shape, dtype and stored entries; sequences
-    and mappings element by element (three levels deep); functions by module and name; an
-    estimator by its class and its parameters but the seed; other objects by their type.
+    element by element, up to :data:`_SEQUENCE_ITEMS` of them (longer ones by their length
+    and first element; numbers inside them by their type, not their value: nested lists are
+    data); mappings item by item; functions by module and name; an estimator by its class
+    and its parameters but the seed; other objects by their type. Three levels deep.
     """
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         nnz = getattr(value, "nnz", None)
         return (type(value).__name__, tuple(value.shape), str(value.dtype), nnz)
-    if isinstance(value, bool | int | float | str | type(None)):
-        return value
+    if isinstance(value, bool | int | float | complex | str | bytes | type(None)):
+        return type(value).__name__ if inside_data else value
     if depth < 3 and isinstance(value, list | tuple):
-        return (type(value).__name__, tuple(_signature(v, depth + 1) for v in value))
+        if len(value) > _SEQUENCE_ITEMS:
+            return (type(value).__name__, len(value), _signature(value[0], depth + 1, True))
+        return (type(value).__name__, tuple(_signature(v, depth + 1, True) for v in value))
     if depth < 3 and isinstance(value, dict):
         return tuple(sorted((str(k), _signature(v, depth + 1)) for k, v in value.items()))
     if callable(value) and not isinstance(value, type) and hasattr(value, "__qualname__"):
@@ -488,6 +492,10 @@ def _signature(value, depth: int = 0):
         params.pop("random_state", None)  # a seed changes the draws, not the programs
         return (_type_name(type(value)), _signature(params, depth + 1))
     return _type_name(type(value))
+
+
+#: Sequences longer than this enter a signature by their length and first element.
+_SEQUENCE_ITEMS = 32
 
 
 @functools.cache
@@ -554,7 +562,13 @@ def prefetching(method: str, args: tuple, kwargs: dict) -> Iterator[None]:
     if folder is None:
         yield
         return
-    signature = (folder, method, _signature(args), _signature(kwargs))
+    try:
+        # each argument on its own: a scalar argument by its value (sample(5), sample(10))
+        described = tuple(_signature(a) for a in args), _signature(kwargs)
+        signature = (folder, method, *described)
+    except Exception:  # an argument without a stable description: nothing read or written
+        yield
+        return
     path = _MANIFEST_PATHS.get(signature)
     if path is None:
         text = repr((signature[1:], _source_hash(), jax.__version__))

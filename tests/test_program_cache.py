@@ -316,6 +316,13 @@ def test_the_signature_is_shapes_and_settings_not_seed_or_values():
     B = scipy.sparse.random(5, 3, density=0.2, random_state=0, format="csr")
     assert signature(A) != signature(B)  # stored entries shape the sparse programs
     assert signature([X, X[:2]]) != signature([X[:2], X])
+    # nested lists are data: their numbers by type, a long list by length and first element
+    rows = np.random.default_rng(0).normal(size=(40, 3))
+    assert signature(rows.tolist()) == signature((2.0 * rows).tolist())
+    assert signature(rows.tolist()) != signature(rows[:39].tolist())
+    assert signature([1.0, 2.0]) == signature([3.0, 4.0]) != signature([3.0, 4.0, 5.0])
+    # but a parameter or a keyword's value counts
+    assert signature({"n_samples": 5}) != signature({"n_samples": 6})
 
 
 def test_outside_a_cache_block_it_records_and_reads_nothing(tmp_path):
@@ -352,3 +359,25 @@ def test_arguments_on_another_device_take_the_plain_jit(tmp_path):
     env = {ENV_DISABLE: None, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     out = run_python(script, tmp_path, env=env)
     assert out.split() == ["True", "True", "True", "[0.0,", "2.0,", "4.0]"]
+
+
+class _Unshaped:
+    """An argument whose shape cannot be read (its description raises)."""
+
+    dtype = "float64"
+
+    @property
+    def shape(self):
+        raise RuntimeError("no shape")
+
+
+def test_scalar_arguments_by_value_and_undescribable_ones_read_nothing(tmp_path):
+    pair, scaled = _arguments()
+    with jax.enable_x64(True), compilation_cache(folder=tmp_path):
+        for power in (2, 3):  # sample(2), sample(3): two signatures, two manifests
+            with prefetching("m", (power,), {}):
+                _program(pair, scaled, power)
+        assert len(_manifests(tmp_path)) == 2
+        with prefetching("m", (_Unshaped(),), {}):  # the method runs; nothing is recorded
+            _program(pair, scaled, 4)
+    assert len(_manifests(tmp_path)) == 2 and TRACES == [2, 3, 4]
