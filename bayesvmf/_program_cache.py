@@ -30,9 +30,9 @@ host callback), the function is the plain ``jax.jit`` of before; a failure is re
 for the rest of the process, so it costs one trace.
 
 Reading a program back still costs a new process time: XLA deserialises the compiled
-program (0.14-0.15 s for each of the two largest programs of a B-vMFmix fit, about 0.38 s
-for the fit's eight) and JAX lowers the exported one (0.13 s for the eight), each when first
-called. :func:`prefetching`, around every estimator method, reads them ahead in a thread
+program (0.14-0.15 s for each of the two largest programs of a B-vMFmix fit, 0.36-0.44 s
+for the fit's eight) and JAX lowers the exported one (0.12-0.17 s for the eight), each when
+first called. :func:`prefetching`, around every estimator method, reads them ahead in a thread
 (manifests, below) while the method validates and copies its data and runs its first
 programs.
 
