@@ -76,7 +76,8 @@ def run_python(script: str, *args, env: dict | None = None, timeout: float = 300
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the script did not finish in {timeout} s: {(exc.stderr or b'')[-3000:]!r}")
+        stderr = (exc.stderr or b"")[-3000:]  # bytes, whatever text= says
+        pytest.fail(f"the script run with {args} did not finish in {timeout} s: {stderr!r}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
