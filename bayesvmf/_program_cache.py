@@ -470,8 +470,9 @@ def _signature(value, depth: int = 0, inside_data: bool = False):
     Arrays (NumPy, JAX, SciPy sparse) by type, shape, dtype and stored entries; sequences
     element by element, up to :data:`_SEQUENCE_ITEMS` of them (longer ones by their length
     and first element; numbers inside them by their type, not their value: nested lists are
-    data); mappings item by item; functions by module and name; an estimator by its class
-    and its parameters but the seed; other objects by their type. Three levels deep.
+    data); mappings item by item; functions and classes by module and name, as static
+    arguments (:func:`_static_repr`); an estimator by its class and its parameters but the
+    seed; other objects by their type. Three levels deep.
     """
     if hasattr(value, "shape") and hasattr(value, "dtype"):
         nnz = getattr(value, "nnz", None)
@@ -484,8 +485,8 @@ def _signature(value, depth: int = 0, inside_data: bool = False):
         return (type(value).__name__, tuple(_signature(v, depth + 1, True) for v in value))
     if depth < 3 and isinstance(value, dict):
         return tuple(sorted((str(k), _signature(v, depth + 1)) for k, v in value.items()))
-    if callable(value) and not isinstance(value, type) and hasattr(value, "__qualname__"):
-        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"  # a function
+    if callable(value) and hasattr(value, "__qualname__"):  # a function or a class
+        return _static_repr(value) or _type_name(type(value))  # a lambda: no stable name
     if depth < 3 and hasattr(value, "_get_param_names"):
         # get_params(deep=False) without its inspection of the signature at every call
         params = {name: getattr(value, name, None) for name in _param_names(type(value))}
