@@ -292,8 +292,8 @@ class BaseVMFEstimator(BaseEstimator):
             The name of what requires ``min_rows``, for the message.
         dtype : floating dtype or None, default None (float64)
         copy : bool, default True
-            See :func:`bayesvmf.data.check_directional` (False shares a normalised float64
-            CSR matrix's arrays, read-only).
+            See :func:`bayesvmf.data.check_directional` (False shares normalised float64
+            data, a CSR matrix's arrays or a C-ordered array, read-only).
 
         Returns
         -------

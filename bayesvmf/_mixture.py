@@ -355,8 +355,8 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
     def _check_input(self, X, *, reset: bool):
         """Validate X (:meth:`~bayesvmf._base.BaseVMFEstimator._validate_directions`).
 
-        In ``fit`` (``reset``) X needs ``n_components`` rows. A normalised float64 CSR
-        corpus is used in place, read-only (``copy=False``).
+        In ``fit`` (``reset``) X needs ``n_components`` rows. Normalised float64 data (a
+        canonical CSR corpus, a C-ordered array) is used in place, read-only (``copy=False``).
         """
         return self._validate_directions(
             X,

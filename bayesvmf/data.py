@@ -192,6 +192,15 @@ def _check_csr_rows(Xc: scipy.sparse.csr_matrix, name: str) -> np.ndarray:
     return norms
 
 
+def _unit_rows(norms: np.ndarray, normalize: bool, tol: float) -> bool:
+    """Whether rows of these norms pass as they are: the checked data would equal them.
+
+    Within :data:`SHARE_NORM_TOL` of 1 when ``normalize`` (rescaling would move each value
+    by a few ulps at most), within ``tol`` otherwise (nothing is rescaled).
+    """
+    return np.abs(norms - 1.0).max(initial=0.0) <= (SHARE_NORM_TOL if normalize else tol)
+
+
 def _shared_csr(X, name: str, normalize: bool, tol: float):
     """Return X's arrays as a read-only CSR matrix if X passes as it is, else None.
 
@@ -205,7 +214,7 @@ def _shared_csr(X, name: str, normalize: bool, tol: float):
         return None
     norms = _check_csr_rows(X, name)
     _check_norms(norms, name, normalize, tol)
-    if np.abs(norms - 1.0).max(initial=0.0) > (SHARE_NORM_TOL if normalize else tol):
+    if not _unit_rows(norms, normalize, tol):
         return None
 
     def read_only(a):
@@ -253,7 +262,7 @@ def check_directional(
     infinite value; no all-zero row; and, with ``normalize=False``, unit-norm rows.
 
     The caller's object is never modified: the result is a new array (with ``copy=False``,
-    possibly read-only views of X's arrays). Sparse rows are checked in slices, so the
+    possibly a read-only view of X or of its arrays). Sparse rows are checked in slices, so the
     check needs a few MiB beyond the result, whatever the size of X.
 
     Parameters
@@ -282,11 +291,12 @@ def check_directional(
         is also relative. 1e-6 accepts data normalised in float32 by other tools (see
         :data:`UNIT_NORM_TOL`).
     copy : bool, default=True
-        With False, a float64 CSR matrix that already passes as it is (canonical form, no
-        explicit zeros, unit rows: within :data:`SHARE_NORM_TOL`, a few ulps, when
-        ``normalize=True``) is not copied: the result is a new CSR object whose arrays are
-        read-only views of X's. The estimators use this so that fitting a normalised
-        corpus holds one copy of it, not two. Other input is copied as with True.
+        With False, input that already passes as it is is not copied: a float64 CSR matrix
+        in canonical form without explicit zeros, or a C-ordered float64 NumPy array, with
+        unit rows (within :data:`SHARE_NORM_TOL`, a few ulps, when ``normalize=True``). The
+        result is then a read-only view of X (a new CSR object whose arrays are read-only
+        views of X's). The estimators use this so that fitting normalised data holds one
+        copy of it, not two. Other input is copied as with True.
 
     Returns
     -------
@@ -354,11 +364,19 @@ def check_directional(
         raise ValueError(f"{name} could not be converted to an array: {err}") from err
     _check_numeric_dtype(arr.dtype, name)
     _check_shape(arr.shape, name, min_rows, min_rows_name)
+    in_place = arr.dtype == np.float64 and arr.flags.c_contiguous
     # np.array(..., copy=True) always allocates: the caller's buffer is never touched, even
-    # when X is already a float64 array (np.asarray would return it as is).
-    Xd = np.array(arr, dtype=np.float64, copy=True, order="C")
+    # when X is already a float64 array (np.asarray would return it as is). A C-ordered
+    # float64 X is checked as it is (the same norms, bitwise) before deciding to copy it.
+    Xd = arr if in_place else np.array(arr, dtype=np.float64, copy=True, order="C")
     norms = _check_dense_rows(Xd, name)
     _check_norms(norms, name, normalize, tol)
+    if in_place:
+        if not copy and out_dtype == np.float64 and _unit_rows(norms, normalize, tol):
+            shared = arr.view()
+            shared.flags.writeable = False
+            return shared
+        Xd = np.array(arr, copy=True)
     if normalize:
         Xd /= norms[:, None]
     return Xd.astype(out_dtype, copy=False)

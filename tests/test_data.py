@@ -169,6 +169,55 @@ def test_sparse_copy_false_raises_as_the_copying_path():
         check_directional(scipy.sparse.csr_matrix(X), normalize=False, copy=False)
 
 
+def test_dense_copy_false_shares_a_normalised_float64_array_read_only(X_dense):
+    Xu = check_directional(X_dense)  # unit rows (a few ulps), float64, C order
+    before = _snapshot(Xu)
+    for normalize in (True, False):
+        out = check_directional(Xu, normalize=normalize, copy=False)
+        assert np.shares_memory(out, Xu) and not out.flags.writeable
+        np.testing.assert_array_equal(out, Xu)
+        with pytest.raises(ValueError, match="read-only"):
+            out[0, 0] = 2.0
+    _assert_unchanged(Xu, before)
+    assert Xu.flags.writeable
+
+
+@pytest.mark.parametrize(
+    "case", ["not unit", "float32", "Fortran order", "rows scaled by 1 + 1e-12", "float64 out"]
+)
+def test_dense_copy_false_copies_what_does_not_pass_as_it_is(X_dense, case):
+    Xu = check_directional(X_dense)
+    dtype = None
+    if case == "not unit":
+        Xu = X_dense
+    elif case == "float32":
+        Xu = Xu.astype(np.float32)
+    elif case == "Fortran order":
+        Xu = np.asfortranarray(Xu)
+    elif case == "rows scaled by 1 + 1e-12":
+        Xu = Xu * (1 + 1e-12)
+    else:  # a float32 result asked of float64 input: a cast, so a copy
+        dtype = np.float32
+    before = _snapshot(Xu)
+    out = check_directional(Xu, copy=False, dtype=dtype)
+    want = check_directional(Xu, dtype=dtype)  # the copying path
+    assert not np.shares_memory(out, Xu) and out.flags.writeable
+    np.testing.assert_array_equal(out, want)
+    _assert_unchanged(Xu, before)
+
+
+def test_dense_copy_false_raises_as_the_copying_path():
+    X = np.ones((6, 3)) / np.sqrt(3.0)
+    X[3, 1] = np.nan
+    with pytest.raises(ValueError, match=r"^X has a NaN or infinite value in row 3$"):
+        check_directional(X, copy=False)
+    X = np.eye(4)[[0, 1, 2, 3, 0]]
+    X[4] = [0.0, 0.0, 3.0, 4.0]
+    msg = "X row 4 has norm 5 but normalize=False requires unit-norm rows"
+    with pytest.raises(ValueError, match=msg):
+        check_directional(X, normalize=False, copy=False)
+
+
 def test_sparse_rows_checked_in_slices_give_the_same_result(rng, monkeypatch):
     # many slices, some rows longer than a slice: norms, rescaling and the first bad row
     # must not depend on where the slices fall
