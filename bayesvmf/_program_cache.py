@@ -423,11 +423,8 @@ def _compile(exported, options: dict, folder: Path, key: str):
 
     Read back from its executable file (:func:`_executable_path`) when there is one: no
     lowering, no cache key, one deserialisation. Otherwise compiled ahead of the call, from
-    shapes alone (so that the prefetch thread can do it before the arguments exist), and
-    written to that file when XLA compiled it here. JAX's cache is looked up (it may hold
-    the program from an older version of the package) but keeps nothing
-    (:func:`_not_into_jax_cache`), unless the executable cannot be serialised: then the
-    program is compiled once more for JAX's cache to keep, as it kept every program before.
+    shapes alone (so that the prefetch thread can do it before the arguments exist), through
+    JAX's compilation cache, and written to that file when XLA compiled it here.
 
     Why a file of our own: in a new process, the eight programs of a B-vMFmix fit (dense
     50,000 x 256, K = 32) took 0.12 s to lower and 0.31 s to compile through JAX's cache
@@ -449,22 +446,20 @@ def _compile(exported, options: dict, folder: Path, key: str):
     hits = _cache_hits()
     with _not_into_jax_cache():
         compiled = lowered.compile()
-    if _cache_hits() == hits and not _write_executable(path, compiled):
-        # compiled here but not serialisable: a new lowering (its own compilation) for JAX's
-        # cache, so that later processes do not compile it again
-        jax.jit(exported.call, compiler_options=options or None).lower(*args, **kwargs).compile()
+    if _cache_hits() == hits:  # compiled by XLA here, not read back by JAX's cache
+        _write_executable(path, compiled)
     return compiled
 
 
 def _not_into_jax_cache():
     """Return a block in which JAX's persistent cache keeps none of this thread's programs.
 
-    The program's executable file is kept instead (:func:`_compile`). A second copy in JAX's
-    cache would also serve a later export of the same program under another key (after an
-    edit or an upgrade of the package), whose executable could then not be written. JAX has
-    no public scoped setting for it; where the private one (``jax._src.config``, jax 0.10, a
-    setting of this thread) is missing, JAX keeps the program too, and such later exports
-    are served by JAX's cache.
+    Its file is ours: kept twice, a program would also be served by JAX's cache to a later
+    export of the same program under another key (an edited or upgraded package), which
+    cannot be written as an executable then (:func:`_compile`). JAX has no public scoped
+    setting for it; where the private one (``jax._src.config``, jax 0.10, a setting of this
+    thread) is missing, JAX writes the program too, and such later exports keep JAX's
+    cache.
     """
     from jax._src import config
 
@@ -518,20 +513,15 @@ def _read_executable(path: Path, exported):
         return None
 
 
-def _write_executable(path: Path, compiled) -> bool:
-    """Write ``compiled``'s executable to ``path``; False if it cannot be serialised.
-
-    (A folder that cannot be written is not a failure here: JAX's cache, in the same
-    folder, could not keep the program either.)
-    """
+def _write_executable(path: Path, compiled) -> None:
+    """Write ``compiled``'s executable to ``path`` (nothing if XLA cannot serialise it)."""
     from jax.experimental import serialize_executable
 
     try:
         blob, _, _ = serialize_executable.serialize(compiled)
-    except Exception:  # e.g. constants passed beside the arguments
-        return False
+    except Exception:  # e.g. constants passed beside the arguments: JAX's cache keeps it
+        return
     _write(path, json.dumps({"format": _EXECUTABLE_FORMAT}).encode() + b"\n" + blob)
-    return True
 
 
 #: The event JAX records when its persistent cache serves a compilation.

@@ -223,34 +223,6 @@ def test_a_program_jax_cache_served_runs_but_is_not_written_as_an_executable(tmp
     _assert_same(out, expected)
 
 
-def test_a_program_whose_executable_cannot_be_serialised_is_kept_by_jax_cache(
-    tmp_path, monkeypatch
-):
-    """No executable file, but JAX's cache keeps the program: a later process reads it from
-    there instead of compiling it again."""
-    from jax.experimental import serialize_executable
-
-    def refuse(compiled):
-        raise NotImplementedError("serialize_executables with const_args")
-
-    pair, scaled = _arguments()
-    with jax.enable_x64(True):
-        expected = _program.jitted(pair, scaled, 3)
-        with monkeypatch.context() as patch:
-            patch.setattr(serialize_executable, "serialize", refuse)
-            with compilation_cache(folder=tmp_path):
-                first = _program(pair, scaled, 3)
-        assert _executables(tmp_path) == []
-        assert [p for p in tmp_path.iterdir() if p.name != PROGRAMS]  # JAX's entry
-        _forget()
-        hits = _program_cache._cache_hits()
-        with compilation_cache(folder=tmp_path):
-            again = _program(pair, scaled, 3)
-        assert _program_cache._cache_hits() == hits + 1
-    _assert_same(first, expected)
-    _assert_same(again, expected)
-
-
 def test_the_executable_file_names_the_xla_flags(tmp_path, monkeypatch):
     """XLA_FLAGS change what XLA compiles (JAX's cache key holds them): another file."""
     _program_cache._executable_tag.cache_clear()
