@@ -16,30 +16,25 @@ folder of its own, a call with concrete arrays
    shapes; a flatbuffer, not pickle), read back with ``jax.export.deserialize``;
 2. otherwise traces and lowers the function once with ``jax.export.export`` and writes it
    there;
-3. reads its compiled executable back from ``<folder>/programs`` (:func:`_compile`), or
-   compiles it ahead of time for the shapes it was exported with (``jax.jit(exported.call)
-   .lower(shapes).compile()``) with the function's compiler options (those of the call's
-   size, :func:`bayesvmf._compile_cache.jit`) and writes the executable there, and runs
-   that.
+3. compiles it ahead of time for the shapes it was exported with (``jax.jit(exported.call)
+   .lower(shapes).compile()``, :func:`_compile`) with the function's compiler options (those
+   of the call's size, :func:`bayesvmf._compile_cache.jit`), a compilation the compilation
+   cache holds, and runs that.
 
 The first process runs the exported program too, so that every process runs the same
-compiled program. Outside such a block (the cache
+compiled program (and the compilation cache finds it). Outside such a block (the cache
 off, the session's own cache folder, ``BAYESVMF_NO_COMPILATION_CACHE=1``), under tracing,
 for arrays on several devices or committed to a device other than the default one, under a
 ``jax.default_device`` of the caller, or for a program :mod:`jax.export` cannot serialise (a
 host callback), the function is the plain ``jax.jit`` of before; a failure is remembered
 for the rest of the process, so it costs one trace.
 
-Reading a program back still costs a new process time: XLA rebuilds the compiled program
-from its file (0.09-0.19 s for each of the two largest programs of a B-vMFmix fit, dense
-50,000 x 256, K = 32; 0.25-0.30 s for the fit's eight), each when first called.
-:func:`prefetching`, around every estimator method, reads them ahead in a thread (manifests,
-below) while the method validates and copies its data and runs its first programs.
-
-The files of ``<folder>/programs``: ``<key>.jaxexport`` (the exported program), ``<key>.<tag>
-.xla`` (its executable, for the platform and XLA flags of ``<tag>``: :func:`_executable_path`)
-and ``<hash>.manifest`` (below). JAX's own cache keeps no second copy of these programs
-(:func:`_not_into_jax_cache`).
+Reading a program back still costs a new process time: XLA deserialises the compiled
+program (0.14-0.15 s for each of the two largest programs of a B-vMFmix fit, 0.36-0.44 s
+for the fit's eight) and JAX lowers the exported one (0.12-0.17 s for the eight), each when
+first called. :func:`prefetching`, around every estimator method, reads them ahead in a thread
+(manifests, below) while the method validates and copies its data and runs its first
+programs.
 
 The key of a program: the function's module and name, its static arguments, the tree of its
 other arguments with the shape, dtype and weak type of every leaf, the x64 setting, the
@@ -58,9 +53,7 @@ x64 setting, in the order first called; it is written when the method returns, i
 changed.
 
 The cache is trusted code, as JAX's compilation cache is: do not point it at a folder
-others may write to. An executable file is machine code, which runs when called, in JAX's
-format for executables, a pickle (:mod:`jax.experimental.serialize_executable`); the
-estimators' saved models are never pickles (:mod:`bayesvmf.results`).
+others may write to.
 """
 
 from __future__ import annotations
@@ -385,7 +378,7 @@ def persistent_jit(
             exported = _export(fun, static, dynamic, treedef, path, options)
         if exported is None:
             return None
-        return _compile(exported, options, folder, key)
+        return _compile(exported, options)
 
     def _export(fun, static, dynamic, treedef, path, options):
         def program(arguments):
@@ -418,152 +411,20 @@ def persistent_jit(
     return call
 
 
-def _compile(exported, options: dict, folder: Path, key: str):
-    """Return ``exported`` compiled for its own argument shapes on the home device (``Compiled``).
+def _compile(exported, options: dict):
+    """Compile ``exported`` for its own argument shapes, on the home device (``Compiled``).
 
-    Read back from its executable file (:func:`_executable_path`) when there is one: no
-    lowering, no cache key, one deserialisation. Otherwise compiled ahead of the call, from
-    shapes alone (so that the prefetch thread can do it before the arguments exist), through
-    JAX's compilation cache, and written to that file when XLA compiled it here.
-
-    Why a file of our own: in a new process, the eight programs of a B-vMFmix fit (dense
-    50,000 x 256, K = 32) took 0.12 s to lower and 0.31 s to compile through JAX's cache
-    (its key, its file, then the same deserialisation), 0.43 s in all; read as executables,
-    0.25 s. Why only what XLA compiled here: jaxlib 0.10.2 on the CPU serialises an
-    executable that JAX's cache read back without its kernels, and running it fails
-    ("Function ... not found"); such a program stays in JAX's cache.
+    Ahead of the call, from shapes alone, so that the prefetch thread can do it before the
+    arguments exist; the compilation cache holds it, keyed by the program's text, which is
+    the same in every process.
     """
-    path = _executable_path(folder, key)
-    compiled = _read_executable(path, exported)
-    if compiled is not None:
-        return compiled
     shapes = [
         jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
         for aval in exported.in_avals
     ]
     args, kwargs = jax.tree.unflatten(exported.in_tree, shapes)
-    lowered = jax.jit(exported.call, compiler_options=options or None).lower(*args, **kwargs)
-    hits = _cache_hits()
-    with _not_into_jax_cache():
-        compiled = lowered.compile()
-    if _cache_hits() == hits:  # compiled by XLA here, not read back by JAX's cache
-        _write_executable(path, compiled)
-    return compiled
-
-
-def _not_into_jax_cache():
-    """Return a block in which JAX's persistent cache keeps none of this thread's programs.
-
-    Its file is ours: kept twice, a program would also be served by JAX's cache to a later
-    export of the same program under another key (an edited or upgraded package), which
-    cannot be written as an executable then (:func:`_compile`). JAX has no public scoped
-    setting for it; where the private one (``jax._src.config``, jax 0.10, a setting of this
-    thread) is missing, JAX writes the program too, and such later exports keep JAX's
-    cache.
-    """
-    from jax._src import config
-
-    setting = getattr(config, "persistent_cache_min_compile_time_secs", None)
-    return setting(float("inf")) if callable(setting) else contextlib.nullcontext()
-
-
-#: Format of the executable files (a header line of JSON, then the executable as
-#: :mod:`jax.experimental.serialize_executable` writes it).
-_EXECUTABLE_FORMAT = 1
-
-
-def _executable_path(folder: Path, key: str) -> Path:
-    """Return the file of program ``key``'s executable for this platform and XLA flags.
-
-    The program key names the backend and the versions of jax and jaxlib; the executable
-    also depends on what JAX's own cache key adds: the platform version, the device kind
-    and the ``XLA_FLAGS`` of the process.
-    """
-    return folder / f"{key}.{_executable_tag()}.xla"
-
-
-@functools.cache
-def _executable_tag() -> str:
-    home = next(iter(_home()))
-    text = repr((home.client.platform_version, home.device_kind, os.environ.get("XLA_FLAGS", "")))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _read_executable(path: Path, exported):
-    """Return the executable in ``path`` as a ``Compiled`` for the home device, or None.
-
-    None when the file is absent, damaged or of another format. The file holds machine code
-    in a pickle (JAX's format for executables): the cache is trusted code (module notes).
-    """
-    from jax.experimental import serialize_executable
-
-    try:
-        header, blob = path.read_bytes().split(b"\n", 1)
-        if json.loads(header).get("format") != _EXECUTABLE_FORMAT:
-            return None
-        home = next(iter(_home()))
-        return serialize_executable.deserialize_and_load(
-            blob,
-            exported.in_tree,
-            exported.out_tree,
-            backend=home.client,
-            execution_devices=[home],
-        )
-    except Exception:  # absent, damaged or foreign: compile (and overwrite it)
-        return None
-
-
-def _write_executable(path: Path, compiled) -> None:
-    """Write ``compiled``'s executable to ``path`` (nothing if XLA cannot serialise it)."""
-    from jax.experimental import serialize_executable
-
-    try:
-        blob, _, _ = serialize_executable.serialize(compiled)
-    except Exception:  # e.g. constants passed beside the arguments: JAX's cache keeps it
-        return
-    _write(path, json.dumps({"format": _EXECUTABLE_FORMAT}).encode() + b"\n" + blob)
-
-
-#: The event JAX records when its persistent cache serves a compilation.
-_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
-
-#: An event of our own that tells whether :func:`_note_event` still listens.
-_PROBE_EVENT = "/bayesvmf/program_cache/probe"
-
-
-class _Hits(threading.local):
-    """Per thread: the count of JAX cache hits, and whether the probe reached the listener."""
-
-    count = 0
-    probed = False
-
-
-_HITS = _Hits()
-
-
-def _note_event(event: str, **kwargs) -> None:
-    if event == _CACHE_HIT_EVENT:
-        _HITS.count += 1
-    elif event == _PROBE_EVENT:
-        _HITS.probed = True
-
-
-def _cache_hits() -> int:
-    """Return how many compilations JAX's persistent cache has served in this thread.
-
-    Through a listener of :mod:`jax.monitoring`, registered on first use and registered
-    again if someone cleared the listeners (a probe event finds out): a listener missing
-    when a hit happens would let a broken executable be written (:func:`_compile`). It is
-    never unregistered, so that no thread iterates over a list another one shortens.
-    """
-    _HITS.probed = False
-    jax.monitoring.record_event(_PROBE_EVENT)
-    if not _HITS.probed:
-        with _LOCK:
-            jax.monitoring.record_event(_PROBE_EVENT)  # another thread may have registered it
-            if not _HITS.probed:
-                jax.monitoring.register_event_listener(_note_event)
-    return _HITS.count
+    jitted = jax.jit(exported.call, compiler_options=options or None)
+    return jitted.lower(*args, **kwargs).compile()
 
 
 def _obtain(key: str, load: Callable):
@@ -752,7 +613,7 @@ def _prefetch(folder: Path, entries: list, stop: threading.Event) -> None:
     def read(key, options, x64):
         with jax.enable_x64(x64):  # the caller's scoped setting is not this thread's
             exported = _read(folder / f"{key}.jaxexport")
-            return _ABSENT if exported is None else _compile(exported, dict(options), folder, key)
+            return _ABSENT if exported is None else _compile(exported, dict(options))
 
     for key, options, x64 in entries:
         if stop.is_set():
