@@ -53,6 +53,11 @@ def shared_data_or_skip(*names: str) -> Path:
     return SHARED_DATA
 
 
+#: Environment of a new process with two CPU devices (for ``run_python``'s ``env``): JAX
+#: reads these before its first import, so a test process cannot change its own devices.
+TWO_CPU_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+
+
 def run_python(script: str, *args, env: dict | None = None, timeout: float = 300) -> str:
     """Run ``script`` in a new Python process; return its stdout (a failure fails the test).
 

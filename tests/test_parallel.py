@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import run_python, shared_data_or_skip
+from conftest import TWO_CPU_DEVICES, run_python, shared_data_or_skip
 
 from bayesvmf import _blocks, _data, _mixture, _parallel, _seeding
 from bayesvmf.data import check_directional
@@ -175,11 +175,7 @@ def _run_on_two_devices(script, *args, timeout=600, env=None):
     A run that does not finish within ``timeout`` seconds (a deadlock between the devices)
     fails the test instead of stalling the suite. ``env``: more environment variables.
     """
-    env = {
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-        "JAX_PLATFORMS": "cpu",
-        **(env or {}),
-    }
+    env = {**TWO_CPU_DEVICES, **(env or {})}
     return json.loads(run_python(script, *args, env=env, timeout=timeout))
 
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
-from conftest import run_python
+from conftest import TWO_CPU_DEVICES, run_python
 
 from bayesvmf import _program_cache
 from bayesvmf._compile_cache import ENV_DISABLE, compilation_cache
@@ -356,7 +356,7 @@ def test_arguments_on_another_device_take_the_plain_jit(tmp_path):
               default.devices() == {other}, there.tolist())
         """
     )
-    env = {ENV_DISABLE: None, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = {ENV_DISABLE: None, **TWO_CPU_DEVICES}
     out = run_python(script, tmp_path, env=env)
     assert out.split() == ["True", "True", "True", "[0.0,", "2.0,", "4.0]"]
 

@@ -13,7 +13,7 @@ import warnings
 import jax
 import numpy as np
 import pytest
-from conftest import numpy_lloyd, run_python
+from conftest import TWO_CPU_DEVICES, numpy_lloyd, run_python
 from sklearn.metrics import adjusted_rand_score
 
 from bayesvmf import _data
@@ -176,8 +176,7 @@ SHARDED_DEFAULTS = textwrap.dedent(
 @pytest.fixture(scope="module")
 def sharded_defaults():
     """Default fits on one device and on two forced devices (sparse rows; dense rows)."""
-    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    stdout = run_python(SHARDED_DEFAULTS, env=env, timeout=300)
+    stdout = run_python(SHARDED_DEFAULTS, env=TWO_CPU_DEVICES, timeout=300)
     out = json.loads(stdout.strip().splitlines()[-1])
     assert out["n_devices"] == 2
     return out
