@@ -37,11 +37,15 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-__all__ = ["ROWS_TARGET", "TARGET", "available", "scipy_product", "scipy_rows"]
+__all__ = ["ROWS_TARGET", "TARGET", "TARGETS", "available", "scipy_product", "scipy_rows"]
 
 #: Names of the custom call targets (registered for the CPU platform at import).
 TARGET = "bayesvmf_scipy_csr_product"
 ROWS_TARGET = "bayesvmf_scipy_csr_rows"
+#: Every custom-call target of this module: a program holding them is exported
+#: (:func:`bayesvmf._program_cache.persistent_jit`) with their check disabled, since each name
+#: is resolved to this process's function when the program is loaded.
+TARGETS = (TARGET, ROWS_TARGET)
 
 #: XLA's ``CustomCallApiVersion.API_VERSION_STATUS_RETURNING_UNIFIED``: the target is
 #: ``void(void* out, const void** in, const char* opaque, size_t opaque_len, void* status)``.

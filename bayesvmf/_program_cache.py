@@ -391,7 +391,10 @@ def persistent_jit(
                 _register(typ)
             exported = jax.export.export(
                 jax.jit(program, compiler_options=options or None),
-                disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(_host_kernel.TARGET)],
+                disabled_checks=[
+                    jax.export.DisabledSafetyCheck.custom_call(target)
+                    for target in _host_kernel.TARGETS
+                ],
             )(dynamic)
             for typ in _node_types(exported.out_tree):
                 _register(typ)
