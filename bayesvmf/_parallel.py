@@ -341,7 +341,11 @@ def split_merge(data, mu, max_passes):
         merged = jnp.sqrt(jnp.maximum(norms[:, None] ** 2 + norms[None, :] ** 2 + 2 * gram, 0.0))
         loss = norms[:, None] + norms[None, :] - merged
         loss = jnp.where(jnp.eye(n_components, dtype=bool), jnp.inf, loss)
-        j, k = jnp.unravel_index(jnp.argmin(loss), loss.shape)
+        # a flat index is never negative, so truncating division unravels it: jnp.unravel_index
+        # handles negative ones too, 500 of the start program's instructions (its read-back
+        # time in a new process grows with them; docs/design.md section 5)
+        pair = jnp.argmin(loss)
+        j, k = jax.lax.div(pair, n_components), jax.lax.rem(pair, n_components)
         gains = jnp.where(
             (jnp.arange(n_components) == j) | (jnp.arange(n_components) == k), -jnp.inf, gains
         )

@@ -259,6 +259,51 @@ def test_each_empirical_bayes_update_increases_the_bound(fits, sample):
             assert value <= best[name] + 1e-9 * abs(best[name]), (name, field)
 
 
+def test_dirichlet_terms_and_the_alpha_step_against_scipy():
+    """E log p(pi) + E log p(z | pi) + H[q(pi)] and the alpha step, against SciPy's gammaln and
+    digamma: the terms that share one call of each special function (_eb.at_once) are the
+    terms of docs/bayesian_vi.md (B2) + (B3) + (B7), and the alpha step lands where
+    f'(alpha) = K psi(K alpha) - K psi(alpha) + sum_k E[log pi_k] = 0."""
+    from scipy.special import digamma, gammaln
+
+    rho = np.array([3.5, 120.0, 0.7, 41.0, 9.25])
+    resp_sum = rho - 0.4
+    alpha, k = 0.4, rho.size
+    e_log_pi = digamma(rho) - digamma(rho.sum())
+    expected = (
+        gammaln(k * alpha)
+        - k * gammaln(alpha)
+        + np.sum((alpha - 1.0 + resp_sum) * e_log_pi)
+        - gammaln(rho.sum())
+        + np.sum(gammaln(rho))
+        - np.sum((rho - 1.0) * e_log_pi)
+    )
+    with jax.enable_x64(True):
+        np.testing.assert_allclose(_eb.expected_log_pi(jnp.asarray(rho)), e_log_pi, rtol=1e-13)
+        terms = float(_eb.dirichlet_terms(jnp.asarray(rho), jnp.asarray(resp_sum), alpha))
+        np.testing.assert_allclose(terms, expected, rtol=1e-13)
+        # batched alpha against one e_log_pi, as the alpha step's candidates are evaluated
+        alphas = np.array([0.05, 0.4, 3.0])
+        prior = _eb.dirichlet_prior_terms(jnp.asarray(alphas), jnp.asarray(e_log_pi))
+        reference = gammaln(k * alphas) - k * gammaln(alphas) + (alphas - 1.0) * e_log_pi.sum()
+        np.testing.assert_allclose(prior, reference, rtol=1e-13)
+        new_alpha = float(_eb.update_alpha(0.4, jnp.asarray(rho)))
+    gradient = k * digamma(k * new_alpha) - k * digamma(new_alpha) + e_log_pi.sum()
+    assert new_alpha != 0.4 and abs(gradient) < 1e-8 * k * abs(digamma(new_alpha))
+
+
+def test_at_once_is_each_call_of_its_own():
+    """One call of a special function on several arrays gives each array's own values."""
+    from jax.scipy.special import gammaln
+
+    with jax.enable_x64(True):
+        arrays = [jnp.float64(2.5), jnp.linspace(0.1, 40.0, 7), jnp.arange(1.0, 7.0).reshape(2, 3)]
+        together = jax.jit(lambda *a: _eb.at_once(gammaln, *a))(*arrays)
+        for one, array in zip(together, arrays, strict=True):
+            assert one.shape == array.shape
+            np.testing.assert_array_equal(one, jax.jit(gammaln)(array))
+
+
 def test_sparse_equals_dense(fits, sample):
     """Sparse input gives the dense fit (sampling scheme: the bounding scheme's q(kappa)
     maximiser is resolved by comparing objective values, which rounding fixes only to about
