@@ -342,7 +342,7 @@ def split_merge(data, mu, max_passes):
         loss = norms[:, None] + norms[None, :] - merged
         loss = jnp.where(jnp.eye(n_components, dtype=bool), jnp.inf, loss)
         # a flat index is never negative, so truncating division unravels it: jnp.unravel_index
-        # handles negative ones too, 500 of the start program's instructions (its read-back
+        # handles negative ones too, 465 of the start program's instructions (its read-back
         # time in a new process grows with them; docs/design.md section 5)
         pair = jnp.argmin(loss)
         j, k = jax.lax.div(pair, n_components), jax.lax.rem(pair, n_components)

@@ -22,7 +22,8 @@ section "Empirical Bayes", and ``docs/bayesian_hierarchical_temporal.md``):
 
 The Dirichlet part of the bound (:func:`dirichlet_terms`) and E[log pi] under q(pi)
 (:func:`expected_log_pi`) live here as well, since the alpha step and every model's bound
-use them. All functions are pure, traceable, float64 (call under ``jax.enable_x64(True)``).
+use them; they call each special function once on all its arguments (:func:`at_once`).
+All functions are pure, traceable, float64 (call under ``jax.enable_x64(True)``).
 
 References
 ----------
@@ -46,6 +47,7 @@ __all__ = [
     "C0_MAX",
     "S2_MIN",
     "expected_log_pi",
+    "at_once",
     "dirichlet_prior_terms",
     "dirichlet_terms",
     "alpha_cap",
@@ -110,7 +112,7 @@ def at_once(special, *arrays):
     arrays = [jnp.asarray(a) for a in arrays]
     flat = special(jnp.concatenate([jnp.ravel(a) for a in arrays]))
     ends = np.cumsum([a.size for a in arrays])
-    return [flat[end - a.size : end].reshape(a.shape) for a, end in zip(arrays, ends)]
+    return [flat[end - a.size : end].reshape(a.shape) for a, end in zip(arrays, ends, strict=True)]
 
 
 def dirichlet_prior_terms(alpha, e_log_pi):
