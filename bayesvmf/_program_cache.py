@@ -231,10 +231,10 @@ def _replicated(tree, sharding):
     """``tree`` with its committed one-device arrays replicated over ``sharding``'s mesh.
 
     A program read back from disk returns arrays committed to its device, where ``jax.jit``
-    returns uncommitted ones for uncommitted arguments: such an output (the restarts' keys
-    of :func:`bayesvmf._seeding.split_keys`) passed beside rows sharded over several devices
-    would make the plain jit refuse the call ("incompatible devices"); placed on every
-    device, as the plain jit places an uncommitted argument, it is accepted.
+    returns uncommitted ones for uncommitted arguments: such an output (the restarts' seeds,
+    which the sparse mixture refines in a second program) passed beside rows sharded over
+    several devices would make the plain jit refuse the call ("incompatible devices");
+    placed on every device, as the plain jit places an uncommitted argument, it is accepted.
     """
     if not isinstance(sharding, jax.sharding.NamedSharding):
         return tree

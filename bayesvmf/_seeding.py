@@ -27,7 +27,6 @@ import numpy as np
 
 from bayesvmf._blocks import device_data
 from bayesvmf._data import DenseData, SparseData, host_csr
-from bayesvmf._program_cache import persistent_jit
 
 __all__ = [
     "INIT_METHODS",
@@ -40,18 +39,7 @@ __all__ = [
     "kmeanspp_pick",
     "seeding_sample",
     "seeding_size",
-    "split_keys",
 ]
-
-
-@persistent_jit(static_argnames="num")
-def split_keys(rng_key, num: int) -> jax.Array:
-    """Return ``jax.random.split(rng_key, num)``, the restarts' keys, by a program kept on disk.
-
-    An eager split is a program of its own, traced and lowered again in every new process
-    (a first fit's wait); the keys are the same.
-    """
-    return jax.random.split(rng_key, num)
 
 
 def init_random_rows(rng_key, data, n_components: int) -> jax.Array:

@@ -302,17 +302,21 @@ def _em_step_body(args, data, *, shared_kappa: bool):
 
 
 @persistent_jit(
-    static_argnames=("n_components", "init", "refined"), compiler_options=_mixture.JIT_OPTIONS
+    static_argnames=("n_init", "n_components", "init", "refined"),
+    compiler_options=_mixture.JIT_OPTIONS,
 )
-def _seed_batch(keys, data, n_components, init, hard_iter, refined, sample=None):
+def _seed_batch(rng_key, data, n_init, n_components, init, hard_iter, refined, sample=None):
     """Seeds of every restart (:data:`bayesvmf._seeding.INIT_METHODS`), shape (B, K, d).
 
-    :func:`bayesvmf._parallel.seeds`: with ``refined``, seeds drawn from a subsample of
-    large data (dense rows drawn inside the program; ``sample``, sparse rows drawn before it)
-    are refined on that subsample as :func:`_refine_batch` refines them on all rows (hard
-    passes, then split-and-merge moves), so that the moves on all rows are few.
+    Restart b draws with the b-th key of ``jax.random.split(rng_key, n_init)``, split here
+    rather than by a program of its own (each program costs a new process's first fit its
+    read-back). :func:`bayesvmf._parallel.seeds`: with ``refined``, seeds drawn from a
+    subsample of large data (dense rows drawn inside the program; ``sample``, sparse rows
+    drawn before it) are refined on that subsample as :func:`_refine_batch` refines them on
+    all rows (hard passes, then split-and-merge moves), so that the moves on all rows are few.
     """
     _mixture.count_trace("sparse.seeds")
+    keys = jax.random.split(rng_key, n_init)
 
     def batch(args, data):
         keys, hard_iter = args
@@ -388,10 +392,11 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     -------
     EMState
     """
-    keys = _seeding.split_keys(rng_key, int(n_init))
     refined = int(hard_iter) > 0
     sample = _seeding.host_seeding_sample(rng_key, data, int(n_components))
-    mu = _seed_batch(keys, data, int(n_components), init, np.int64(hard_iter), refined, sample)
+    mu = _seed_batch(
+        rng_key, data, int(n_init), int(n_components), init, np.int64(hard_iter), refined, sample
+    )
     if refined:
         mu = _refine_batch(mu, data, np.int64(hard_iter))
     log_weights, mu, kappa, status = _init_batch(
