@@ -261,9 +261,8 @@ def test_each_empirical_bayes_update_increases_the_bound(fits, sample):
 
 def test_dirichlet_terms_and_the_alpha_step_against_scipy():
     """E log p(pi) + E log p(z | pi) + H[q(pi)] and the alpha step, against SciPy's gammaln and
-    digamma: the terms that share one call of each special function (_eb.at_once) are the
-    terms of docs/bayesian_vi.md (B2) + (B3) + (B7), and the alpha step lands where
-    f'(alpha) = K psi(K alpha) - K psi(alpha) + sum_k E[log pi_k] = 0."""
+    digamma: the terms are those of docs/bayesian_vi.md (B2) + (B3) + (B7), and the alpha step
+    lands where f'(alpha) = K psi(K alpha) - K psi(alpha) + sum_k E[log pi_k] = 0."""
     from scipy.special import digamma, gammaln
 
     rho = np.array([3.5, 120.0, 0.7, 41.0, 9.25])
@@ -290,18 +289,6 @@ def test_dirichlet_terms_and_the_alpha_step_against_scipy():
         new_alpha = float(_eb.update_alpha(0.4, jnp.asarray(rho)))
     gradient = k * digamma(k * new_alpha) - k * digamma(new_alpha) + e_log_pi.sum()
     assert new_alpha != 0.4 and abs(gradient) < 1e-8 * k * abs(digamma(new_alpha))
-
-
-def test_at_once_is_each_call_of_its_own():
-    """One call of a special function on several arrays gives each array's own values."""
-    from jax.scipy.special import gammaln
-
-    with jax.enable_x64(True):
-        arrays = [jnp.float64(2.5), jnp.linspace(0.1, 40.0, 7), jnp.arange(1.0, 7.0).reshape(2, 3)]
-        together = jax.jit(lambda *a: _eb.at_once(gammaln, *a))(*arrays)
-        for one, array in zip(together, arrays, strict=True):
-            assert one.shape == array.shape
-            np.testing.assert_array_equal(one, jax.jit(gammaln)(array))
 
 
 def test_sparse_equals_dense(fits, sample):

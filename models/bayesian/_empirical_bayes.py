@@ -22,8 +22,7 @@ section "Empirical Bayes", and ``docs/bayesian_hierarchical_temporal.md``):
 
 The Dirichlet part of the bound (:func:`dirichlet_terms`) and E[log pi] under q(pi)
 (:func:`expected_log_pi`) live here as well, since the alpha step and every model's bound
-use them; they call each special function once on all its arguments (:func:`at_once`).
-All functions are pure, traceable, float64 (call under ``jax.enable_x64(True)``).
+use them. All functions are pure, traceable, float64 (call under ``jax.enable_x64(True)``).
 
 References
 ----------
@@ -36,7 +35,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.scipy.special import digamma, gammaln, polygamma
 
 from bayesvmf import _mixture
@@ -47,7 +45,6 @@ __all__ = [
     "C0_MAX",
     "S2_MIN",
     "expected_log_pi",
-    "at_once",
     "dirichlet_prior_terms",
     "dirichlet_terms",
     "alpha_cap",
@@ -83,36 +80,7 @@ def expected_log_pi(rho):
     -------
     jax.Array of shape (..., K)
     """
-    psi, psi_sum = at_once(digamma, rho, jnp.sum(rho, axis=-1, keepdims=True))
-    return psi - psi_sum
-
-
-def at_once(special, *arrays):
-    """Return ``special`` (elementwise) of each of ``arrays``, from one call on all of them.
-
-    A call of gammaln, digamma or polygamma puts 60-190 instructions into the compiled
-    program; a fit's VI step called them at 14 places. A new process reads a program back
-    in a time that grows with its instructions (docs/design.md section 5), so the terms that
-    need one function share a call. Each value is the one its own call gives (tested); the
-    program around the call may still round differently (fits moved by at most 1e-8
-    relative, most by 1e-12 or less).
-
-    Parameters
-    ----------
-    special : callable
-        An elementwise function of one array.
-    *arrays : array_like
-        Of any shapes, one floating dtype.
-
-    Returns
-    -------
-    list of jax.Array
-        ``special(a)`` for each ``a`` in ``arrays``, in its shape.
-    """
-    arrays = [jnp.asarray(a) for a in arrays]
-    flat = special(jnp.concatenate([jnp.ravel(a) for a in arrays]))
-    ends = np.cumsum([a.size for a in arrays])
-    return [flat[end - a.size : end].reshape(a.shape) for a, end in zip(arrays, ends, strict=True)]
+    return digamma(rho) - digamma(jnp.sum(rho, axis=-1, keepdims=True))
 
 
 def dirichlet_prior_terms(alpha, e_log_pi):
@@ -132,8 +100,7 @@ def dirichlet_prior_terms(alpha, e_log_pi):
     jax.Array
     """
     k = e_log_pi.shape[-1]
-    log_gamma_k_alpha, log_gamma_alpha = at_once(gammaln, k * alpha, alpha)
-    return log_gamma_k_alpha - k * log_gamma_alpha + (alpha - 1.0) * jnp.sum(e_log_pi, axis=-1)
+    return gammaln(k * alpha) - k * gammaln(alpha) + (alpha - 1.0) * jnp.sum(e_log_pi, axis=-1)
 
 
 def dirichlet_terms(rho, resp_sum, alpha):
@@ -155,8 +122,7 @@ def dirichlet_terms(rho, resp_sum, alpha):
         Scalar.
     """
     e_log_pi = expected_log_pi(rho)
-    log_gamma_rho_0, log_gamma_rho = at_once(gammaln, jnp.sum(rho), rho)
-    entropy = -(log_gamma_rho_0 - jnp.sum(log_gamma_rho) + jnp.sum((rho - 1.0) * e_log_pi))
+    entropy = -(gammaln(jnp.sum(rho)) - jnp.sum(gammaln(rho)) + jnp.sum((rho - 1.0) * e_log_pi))
     return dirichlet_prior_terms(alpha, e_log_pi) + jnp.sum(resp_sum * e_log_pi) + entropy
 
 
@@ -223,15 +189,10 @@ def update_alpha(alpha, rho, alpha_max=None):
         return dirichlet_prior_terms(a, e_log_pi)
 
     def body(_, a):
-        # (digamma and trigamma of K alpha and alpha at separate calls: through at_once, the
-        # gradient, a difference that vanishes at the optimum, rounded differently under
-        # the XLA options of each program size, 1e-10 relative in a fit's score)
         grad = k * digamma(k * a) - k * digamma(a) + total
         hess = k * k * polygamma(1, k * a) - k * polygamma(1, a)
         candidates = a - lengths * (grad / hess)
-        # f of the candidates and of a itself from one call of gammaln (at_once)
-        values = f(jnp.append(candidates, a))
-        ok = (candidates >= low) & (candidates <= high) & (values[:-1] >= values[-1])
+        ok = (candidates >= low) & (candidates <= high) & (f(candidates) >= f(a))
         return jnp.where(jnp.any(ok), candidates[jnp.argmax(ok)], a)
 
     return jax.lax.fori_loop(0, ALPHA_NEWTON_STEPS, body, jnp.asarray(alpha, jnp.float64))
