@@ -27,9 +27,9 @@ median is its steady state; the process runs ``FIRST_FIT_PROCESSES`` times in tu
 compilation cache folder of its own, so the later ones show what the persistent compilation
 cache gives a new process. The tf-idf case is there since sparse data take other programs
 (the SciPy products and row reads, custom calls): one of them had stopped being written to
-the cache, and only a sparse first fit showed it (1.00 s against 0.57 s, session 23). One such ratio
-is noisy on a shared 2-core machine (four later processes of one sparse-mixture series
-gave 1.15x, 2.08x, 2.32x and 2.78x): the summary gives the median over the later
+the cache, and only a sparse first fit showed it (1.00 s against 0.57 s, session 23). One
+such ratio is noisy on a shared 2-core machine (four later processes of one sparse-mixture
+series gave 1.15x, 2.08x, 2.32x and 2.78x): the summary gives the median over the later
 processes.
 
 Writes benchmarks/results/vs_sklearn.json and vs_sklearn.md (``--tag gpu``:
@@ -212,8 +212,9 @@ LATER_FITS = 3
 def first_fits(case, X, k, names=("SparseVMFMixture", "BayesianVMFMixture"), processes=None):
     """Fit in fresh processes in turn: the first fit, then ``LATER_FITS`` more in each.
 
-    The processes share a compilation cache folder of their own (a temporary one, not the
-    user's), so process 1 always starts without one and the later ones read what it wrote.
+    Each row names its ``case``. The processes share a compilation cache folder of their own
+    (a temporary one, not the user's), so process 1 always starts without one and the later
+    ones read what it wrote.
     """
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -381,19 +382,23 @@ def main():
             bench_case("Dense embeddings, large", DENSE_K, *large, all_names, args.repeats)
         )
         del large
+    tfidf = None
     if "tfidf" in cases:
+        tfidf = tfidf_case()
         names = [n for n in all_names if not n.startswith("GaussianMixture")]
         out["cases"].append(
-            bench_case("tf-idf (20-Newsgroups size)", TFIDF_K, *tfidf_case(), names, args.repeats)
+            bench_case("tf-idf (20-Newsgroups size)", TFIDF_K, *tfidf, names, args.repeats)
         )
     if run_first_fits:
         if dense is None:
             dense = dense_case(50_000, 10_000)
+        if tfidf is None:
+            tfidf = tfidf_case()
         print("== first fits in fresh processes", flush=True)
         processes = args.first_fit_processes
         out["first_fits"] = first_fits(
             "Dense embeddings, n = 50,000", dense[0], DENSE_K, processes=processes
-        ) + first_fits("tf-idf", tfidf_case()[0], TFIDF_K, processes=processes)
+        ) + first_fits("tf-idf", tfidf[0], TFIDF_K, processes=processes)
     OUT.mkdir(exist_ok=True)
     out = _keep_parts_not_rerun(out, OUT / f"{stem}.json")
     (OUT / f"{stem}.json").write_text(json.dumps(out, indent=2) + "\n")
