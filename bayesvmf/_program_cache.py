@@ -16,25 +16,30 @@ folder of its own, a call with concrete arrays
    shapes; a flatbuffer, not pickle), read back with ``jax.export.deserialize``;
 2. otherwise traces and lowers the function once with ``jax.export.export`` and writes it
    there;
-3. compiles it ahead of time for the shapes it was exported with (``jax.jit(exported.call)
-   .lower(shapes).compile()``, :func:`_compile`) with the function's compiler options (those
-   of the call's size, :func:`bayesvmf._compile_cache.jit`), a compilation the compilation
-   cache holds, and runs that.
+3. reads its compiled executable back from ``<folder>/programs`` (:func:`_compile`), or
+   compiles it ahead of time for the shapes it was exported with (``jax.jit(exported.call)
+   .lower(shapes).compile()``) with the function's compiler options (those of the call's
+   size, :func:`bayesvmf._compile_cache.jit`) and writes the executable there, and runs
+   that.
 
 The first process runs the exported program too, so that every process runs the same
-compiled program (and the compilation cache finds it). Outside such a block (the cache
+compiled program. Outside such a block (the cache
 off, the session's own cache folder, ``BAYESVMF_NO_COMPILATION_CACHE=1``), under tracing,
 for arrays on several devices or committed to a device other than the default one, under a
 ``jax.default_device`` of the caller, or for a program :mod:`jax.export` cannot serialise (a
 host callback), the function is the plain ``jax.jit`` of before; a failure is remembered
 for the rest of the process, so it costs one trace.
 
-Reading a program back still costs a new process time: XLA deserialises the compiled
-program (0.14-0.15 s for each of the two largest programs of a B-vMFmix fit, 0.36-0.44 s
-for the fit's eight) and JAX lowers the exported one (0.12-0.17 s for the eight), each when
-first called. :func:`prefetching`, around every estimator method, reads them ahead in a thread
-(manifests, below) while the method validates and copies its data and runs its first
-programs.
+Reading a program back still costs a new process time: XLA rebuilds the compiled program
+from its executable file (:mod:`bayesvmf._executables`; 0.25-0.30 s for the eight programs of
+a B-vMFmix fit, dense 50,000 x 256, K = 32), each when first called. :func:`prefetching`,
+around every estimator method, reads them ahead in a thread (manifests, below) while the
+method validates and copies its data and runs its first programs.
+
+The files of ``<folder>/programs``: ``<key>.jaxexport`` (the exported program), ``<key>.<tag>
+.xla`` (its executable, for the platform and XLA flags of ``<tag>``, with the compile options
+it was compiled with) and ``<hash>.manifest`` (below). JAX's own cache keeps no second copy
+of these programs.
 
 The key of a program: the function's module and name, its static arguments, the tree of its
 other arguments with the shape, dtype and weak type of every leaf, the x64 setting, the
@@ -53,7 +58,9 @@ x64 setting, in the order first called; it is written when the method returns, i
 changed.
 
 The cache is trusted code, as JAX's compilation cache is: do not point it at a folder
-others may write to.
+others may write to. An executable file is machine code, which runs when called, in JAX's
+format for executables, a pickle (:mod:`bayesvmf._executables`); the estimators' saved
+models are never pickles (:mod:`bayesvmf.results`).
 """
 
 from __future__ import annotations
@@ -74,6 +81,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax
+
+from bayesvmf import _executables
 
 __all__ = ["PROGRAMS", "persistent_jit"]
 
@@ -378,7 +387,7 @@ def persistent_jit(
             exported = _export(fun, static, dynamic, treedef, path, options)
         if exported is None:
             return None
-        return _compile(exported, options)
+        return _compile(exported, options, folder, key)
 
     def _export(fun, static, dynamic, treedef, path, options):
         def program(arguments):
@@ -414,20 +423,32 @@ def persistent_jit(
     return call
 
 
-def _compile(exported, options: dict):
-    """Compile ``exported`` for its own argument shapes, on the home device (``Compiled``).
+def _compile(exported, options: dict, folder: Path, key: str):
+    """Return ``exported`` compiled for its own argument shapes on the home device (``Compiled``).
 
-    Ahead of the call, from shapes alone, so that the prefetch thread can do it before the
-    arguments exist; the compilation cache holds it, keyed by the program's text, which is
-    the same in every process.
+    Read back from its executable file (:mod:`bayesvmf._executables`) when there is one: no
+    lowering, no cache key, one deserialisation. Otherwise compiled ahead of the call, from
+    shapes alone (so that the prefetch thread can do it before the arguments exist), through
+    JAX's compilation cache, and written to that file when XLA compiled it here (jaxlib
+    0.10.2 serialises an executable that JAX's cache read back without its kernels: such a
+    program stays in JAX's cache).
     """
+    file = _executables.path(folder, key)
+    compiled = _executables.read(file, exported)
+    if compiled is not None:
+        return compiled
     shapes = [
         jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
         for aval in exported.in_avals
     ]
     args, kwargs = jax.tree.unflatten(exported.in_tree, shapes)
-    jitted = jax.jit(exported.call, compiler_options=options or None)
-    return jitted.lower(*args, **kwargs).compile()
+    lowered = jax.jit(exported.call, compiler_options=options or None).lower(*args, **kwargs)
+    hits = _executables.cache_hits()
+    with _executables.not_into_jax_cache():
+        compiled = lowered.compile()
+    if _executables.cache_hits() == hits:  # compiled by XLA here, not read from JAX's cache
+        _executables.write(file, compiled, exported, options)
+    return compiled
 
 
 def _obtain(key: str, load: Callable):
@@ -616,7 +637,7 @@ def _prefetch(folder: Path, entries: list, stop: threading.Event) -> None:
     def read(key, options, x64):
         with jax.enable_x64(x64):  # the caller's scoped setting is not this thread's
             exported = _read(folder / f"{key}.jaxexport")
-            return _ABSENT if exported is None else _compile(exported, dict(options))
+            return _ABSENT if exported is None else _compile(exported, dict(options), folder, key)
 
     for key, options, x64 in entries:
         if stop.is_set():

@@ -207,14 +207,26 @@ def test_settings_restored_after_an_error(tmp_path):
 
 SCRIPT = textwrap.dedent(
     """
-    import json, logging, sys, warnings
+    import json, logging, sys, threading, warnings
     import jax, numpy as np, scipy.sparse
     import bayesvmf
+    from bayesvmf import _executables
     from bayesvmf.models import BayesianVMFMixture, SparseVMFMixture
 
     bayesvmf.set_compilation_cache(True, sys.argv[1])
-    events, names, draws, threads = [], [], [], []
+    events, names, draws, read = [], [], [], []
     jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
+    read_executable = _executables.read
+
+
+    def reading(path, exported):  # note the thread of each executable read back
+        compiled = read_executable(path, exported)
+        if compiled is not None:
+            read.append(threading.current_thread().name)
+        return compiled
+
+
+    _executables.read = reading
 
 
     class Names(logging.Handler):
@@ -227,7 +239,6 @@ SCRIPT = textwrap.dedent(
                 # only there); a message without it is kept whole, flagged, and fails the test
                 head, marker, _ = message.partition(". Argument mapping")
                 names.append(head[len("Compiling ") :] if marker else "NO-MARKER " + message)
-                threads.append(record.threadName)
 
 
     logging.getLogger("jax").addHandler(Names())
@@ -255,8 +266,8 @@ SCRIPT = textwrap.dedent(
     counts = {name.rsplit("/", 1)[-1]: events.count(name) for name in set(events)}
     imports = sorted({"scipy.io", "bayesvmf.datasets"} & set(sys.modules))
     print(json.dumps({"events": counts, "fit_names": fit_names, "imports": imports,
-                      "draws": len(draws),
-                      "prefetched": threads.count("bayesvmf-prefetch")}))
+                      "draws": len(draws), "executables": len(read),
+                      "prefetched": read.count("bayesvmf-prefetch")}))
     """
 )
 
@@ -268,34 +279,50 @@ def _run_script(script: str, folder) -> str:
 
 def test_a_later_process_reads_the_fits_back_and_runs_no_eager_operation(tmp_path):
     """A second process's fits (dense Sparse and B-vMFmix, each q(kappa) scheme, and CSR) compile
-    nothing: all come from the cache, some read ahead by the prefetch thread. Its fits
-    compile only deserialised programs (``jit(call)``), each once: an eager operation
-    (a key split, a transpose, a sum outside a program) would be traced and lowered again in
-    every new process. One pair of processes checks both (each new process costs the suite
-    about ten seconds)."""
+    nothing at all: every program the first process compiled comes back as its executable,
+    some read ahead by the prefetch thread. A program that could not be exported (a custom
+    call whose check was not disabled), or an eager operation (a key split, a transpose, a
+    sum outside a program), would be traced and compiled again in every new process. The
+    executables are deserialised with their compile options: without them, the bounding
+    scheme's VI step crashed the second process (session 22). One pair of processes checks
+    both (each new process costs the suite about ten seconds)."""
 
     def run():
         return json.loads(_run_script(SCRIPT, tmp_path / "jax").splitlines()[-1])
 
     first, second = run(), run()
-    assert first["events"].get("cache_hits", 0) == 0 and first["events"]["cache_misses"] > 0
+    requests = "compile_requests_use_cache"  # compilations, through JAX's cache
+    assert first["events"].get("cache_hits", 0) == 0 and first["events"][requests] > 0
+    assert first["executables"] == 0 and second["executables"] > 0
     # every program of the first process but what only tracing needs (the fixed start of
     # _parallel.split_gains' power iterations, drawn by a program of its own when a program
     # that calls it is traced), which a process that reads the traces back never asks for
     assert first["draws"] > 0 and second["draws"] == 0
-    assert second["events"]["cache_hits"] == first["events"]["cache_misses"] - first["draws"]
-    assert second["events"].get("cache_misses", 0) == 0
+    compiled = first["events"][requests] - first["draws"]
+    # the second process compiles nothing anew: what it does not read as an executable, it
+    # compiles through JAX's cache, which serves it
+    assert second["events"].get(requests, 0) == second["events"].get("cache_hits", 0)
+    assert second["executables"] + second["events"].get("cache_hits", 0) == compiled
     # the second process reads programs ahead (_program_cache.prefetching), the first has
     # nothing to read ahead
     assert first["prefetched"] == 0 and second["prefetched"] > 0
-    for compiled in second["fit_names"]:  # "NAME with global shapes and types (...)"
-        assert compiled, "no program compiled at all: the log capture is broken"
-        # (a program that could not be exported, such as one holding a custom call whose
-        # check was not disabled, is traced and compiled under its own name in every process)
-        assert {c.split()[0] for c in compiled} == {"jit(call)"}, compiled
-        # and no program twice in one fit (the sparse mixture's first EM step took host-made
+    for names in first["fit_names"]:  # "NAME with global shapes and types (...)"
+        assert names, "no program compiled at all: the log capture is broken"
+        # each program of the first process is logged as exported (jit(program)) and as
+        # compiled from its export (jit(call)); one that could not be exported (a custom call
+        # whose check was not disabled) is compiled under its own name in every process. The
+        # fixed start of split_gains' power iterations is compiled while a program that
+        # calls it is traced.
+        kinds = {name.split()[0] for name in names}
+        assert kinds <= {"jit(program)", "jit(call)", "jit(_power_start_draw)"}, names
+        compiled = [name for name in names if name.startswith("jit(call)")]
+        # no program twice in one fit (the sparse mixture's first EM step took host-made
         # counts, placed otherwise than the step's outputs: a second program of that step)
-        assert len(set(compiled)) == len(compiled), compiled
+        assert compiled and len(set(compiled)) == len(compiled), names
+    assert second["fit_names"] == [[]] * len(first["fit_names"])
+    assert second["executables"] == sum(
+        name.startswith("jit(call)") for names in first["fit_names"] for name in names
+    )
     # a fit imports nothing slow it does not use: scipy.io took about 0.12 s of every first
     # fit, since bayesvmf.datasets (imported by the fits for the cache folder, which makes
     # this check meaningful) imported it at the top

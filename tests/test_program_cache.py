@@ -1,5 +1,6 @@
 """Tests of bayesvmf._program_cache: traced programs written to and read from disk."""
 
+import contextlib
 import json
 import textwrap
 import threading
@@ -13,7 +14,7 @@ import pytest
 import scipy.sparse
 from conftest import TWO_CPU_DEVICES, run_python
 
-from bayesvmf import _program_cache
+from bayesvmf import _executables, _program_cache
 from bayesvmf._compile_cache import ENV_DISABLE, compilation_cache
 from bayesvmf._program_cache import PROGRAMS, persistent_jit, prefetching
 
@@ -60,6 +61,15 @@ def _arguments():
 
 def _files(folder):
     return sorted((folder / PROGRAMS).glob("*.jaxexport"))
+
+
+def _executable_files(folder):
+    return sorted((folder / PROGRAMS).glob("*.xla"))
+
+
+def _assert_same(got, want):
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def _forget():
@@ -146,6 +156,79 @@ def test_a_damaged_file_is_written_again(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def _refuse_compiling(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a program was compiled")
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", refuse)
+
+
+def test_a_later_process_runs_the_executable_without_lowering_or_compiling(tmp_path, monkeypatch):
+    """The first call writes the compiled program beside the exported one, and JAX's cache
+    keeps no second copy of it; a later process (here: the programs forgotten) runs it."""
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        expected = _program.jitted(pair, scaled, 3)
+        with compilation_cache(folder=tmp_path):
+            _program(pair, scaled, 3)
+        assert len(_executable_files(tmp_path)) == 1
+        assert [p.name for p in tmp_path.iterdir()] == [PROGRAMS]  # no entry of JAX's
+        _forget()
+        _refuse_compiling(monkeypatch)
+        with compilation_cache(folder=tmp_path):
+            out = _program(pair, scaled, 3)
+    _assert_same(out, expected)
+
+
+def test_a_damaged_executable_is_compiled_and_written_again(tmp_path, monkeypatch):
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        with compilation_cache(folder=tmp_path):
+            expected = _program(pair, scaled, 2)
+        (path,) = _executable_files(tmp_path)
+        damage_of_each_kind = (
+            b'{"format": 2, "compile_options": ""}\nnot an executable',
+            path.read_bytes().replace(b'"format": 2', b'"format": 1', 1),  # no options kept
+            b'{"format": 99}\n',
+            b"no header",
+        )
+        for damage in damage_of_each_kind:
+            path.write_bytes(damage)
+            _forget()
+            with compilation_cache(folder=tmp_path):
+                _assert_same(_program(pair, scaled, 2), expected)
+            _forget()
+            with monkeypatch.context() as patch:  # written again: read back, not compiled
+                _refuse_compiling(patch)
+                with compilation_cache(folder=tmp_path):
+                    _assert_same(_program(pair, scaled, 2), expected)
+
+
+def test_a_program_jax_cache_served_runs_but_is_not_written_as_an_executable(tmp_path, monkeypatch):
+    """jaxlib 0.10.2 serialises an executable that JAX's cache read back without its kernels
+    (running it fails: "Function ... not found"). A program in JAX's cache (as an older
+    bayesvmf left it) is therefore run from there and written nowhere else, also when its
+    listener of JAX's events was taken away (a probe registers it again)."""
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        expected = _program.jitted(pair, scaled, 3)
+        keep_out = _executables.not_into_jax_cache
+        monkeypatch.setattr(_executables, "not_into_jax_cache", contextlib.nullcontext)
+        with compilation_cache(folder=tmp_path):
+            _program(pair, scaled, 3)  # JAX's cache keeps it too, as before
+        monkeypatch.setattr(_executables, "not_into_jax_cache", keep_out)
+        (path,) = _executable_files(tmp_path)
+        path.unlink()
+        _forget()
+        hits = _executables.cache_hits()
+        jax.monitoring.unregister_event_listener(_executables._note_event)
+        with compilation_cache(folder=tmp_path):
+            out = _program(pair, scaled, 3)
+        assert _executables.cache_hits() == hits + 1  # served by JAX's cache
+    assert _executable_files(tmp_path) == []
+    _assert_same(out, expected)
+
+
 @persistent_jit
 def _with_callback(x):
     TRACES.append("callback")
@@ -207,9 +290,9 @@ def _compiling_threads(monkeypatch):
     names = []
     compile_ = _program_cache._compile
 
-    def compile_and_note(exported, options):
+    def compile_and_note(exported, options, folder, key):
         names.append(threading.current_thread().name)
-        return compile_(exported, options)
+        return compile_(exported, options, folder, key)
 
     monkeypatch.setattr(_program_cache, "_compile", compile_and_note)
     return names
