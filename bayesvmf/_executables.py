@@ -111,10 +111,13 @@ def compile_options(options: dict, n_inputs: int, n_outputs: int):
     return result
 
 
-def write(file: Path, compiled, exported, options: dict) -> None:
+def write(file: Path, compiled, exported, options: dict) -> bool:
     """Write ``compiled`` (``exported`` compiled with XLA options ``options``) to ``file``.
 
-    Nothing is written when XLA or JAX cannot serialise it or its compile options.
+    Return False when JAX cannot serialise it or its compile options (constants passed
+    beside the arguments, a private interface gone); the caller then lets JAX's cache keep
+    the program. A folder that cannot be written is not such a failure: JAX's cache, in the
+    same folder, could not keep it either.
     """
     from jax.experimental import serialize_executable
 
@@ -122,10 +125,11 @@ def write(file: Path, compiled, exported, options: dict) -> None:
         blob, _, _ = serialize_executable.serialize(compiled)
         built = compile_options(options, len(exported.in_avals), len(exported.out_avals))
         encoded = base64.b64encode(built.SerializeAsString()).decode("ascii")
-    except Exception:  # e.g. constants passed beside the arguments: JAX's cache keeps it
-        return
+    except Exception:  # e.g. constants passed beside the arguments
+        return False
     header = json.dumps({"format": FORMAT, "compile_options": encoded}).encode()
     _write_file(file, header + b"\n" + blob)
+    return True
 
 
 def read(file: Path, exported):

@@ -428,10 +428,12 @@ def _compile(exported, options: dict, folder: Path, key: str):
 
     Read back from its executable file (:mod:`bayesvmf._executables`) when there is one: no
     lowering, no cache key, one deserialisation. Otherwise compiled ahead of the call, from
-    shapes alone (so that the prefetch thread can do it before the arguments exist), through
-    JAX's compilation cache, and written to that file when XLA compiled it here (jaxlib
-    0.10.2 serialises an executable that JAX's cache read back without its kernels: such a
-    program stays in JAX's cache).
+    shapes alone (so that the prefetch thread can do it before the arguments exist), and
+    written to that file when XLA compiled it here (jaxlib 0.10.2 serialises an executable
+    that JAX's cache read back without its kernels: such a program stays in JAX's cache).
+    JAX's cache is looked up (it may hold the program from an older version of the package)
+    but keeps nothing, unless the executable cannot be written: then the program is
+    compiled once more for JAX's cache to keep, so that later processes do not compile it.
     """
     file = _executables.path(folder, key)
     compiled = _executables.read(file, exported)
@@ -446,8 +448,10 @@ def _compile(exported, options: dict, folder: Path, key: str):
     hits = _executables.cache_hits()
     with _executables.not_into_jax_cache():
         compiled = lowered.compile()
-    if _executables.cache_hits() == hits:  # compiled by XLA here, not read from JAX's cache
-        _executables.write(file, compiled, exported, options)
+    if _executables.cache_hits() == hits and not _executables.write(
+        file, compiled, exported, options
+    ):  # compiled here but not serialisable: a new lowering, compiled into JAX's cache
+        jax.jit(exported.call, compiler_options=options or None).lower(*args, **kwargs).compile()
     return compiled
 
 

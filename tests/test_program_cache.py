@@ -229,6 +229,34 @@ def test_a_program_jax_cache_served_runs_but_is_not_written_as_an_executable(tmp
     _assert_same(out, expected)
 
 
+def test_a_program_whose_executable_cannot_be_serialised_is_kept_by_jax_cache(
+    tmp_path, monkeypatch
+):
+    """No executable file, but JAX's cache keeps the program (it keeps none of the programs
+    written as executables): a later process reads it from there instead of compiling it."""
+    from jax.experimental import serialize_executable
+
+    def refuse(compiled):
+        raise NotImplementedError("serialize_executables with const_args")
+
+    pair, scaled = _arguments()
+    with jax.enable_x64(True):
+        expected = _program.jitted(pair, scaled, 3)
+        with monkeypatch.context() as patch:
+            patch.setattr(serialize_executable, "serialize", refuse)
+            with compilation_cache(folder=tmp_path):
+                first = _program(pair, scaled, 3)
+        assert _executable_files(tmp_path) == []
+        assert [p for p in tmp_path.iterdir() if p.name != PROGRAMS]  # JAX's entry
+        _forget()
+        hits = _executables.cache_hits()
+        with compilation_cache(folder=tmp_path):
+            again = _program(pair, scaled, 3)
+        assert _executables.cache_hits() == hits + 1
+    _assert_same(first, expected)
+    _assert_same(again, expected)
+
+
 @persistent_jit
 def _with_callback(x):
     TRACES.append("callback")
