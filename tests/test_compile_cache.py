@@ -283,9 +283,10 @@ def test_a_later_process_reads_the_fits_back_and_runs_no_eager_operation(tmp_pat
     some read ahead by the prefetch thread. A program that could not be exported (a custom
     call whose check was not disabled), or an eager operation (a key split, a transpose, a
     sum outside a program), would be traced and compiled again in every new process. The
-    executables are deserialised with their compile options: without them, the bounding
-    scheme's VI step crashed the second process (session 22). One pair of processes checks
-    both (each new process costs the suite about ten seconds)."""
+    bounding scheme's VI step holds an LU factorisation: read back without jaxlib's LAPACK
+    functions filled (``_executables._initialise_lapack``), it crashed the second process
+    (sessions 22 and 24). One pair of processes checks both (each new process costs the
+    suite about ten seconds)."""
 
     def run():
         return json.loads(_run_script(SCRIPT, tmp_path / "jax").splitlines()[-1])
