@@ -74,6 +74,18 @@ def seeding_size(n_components: int) -> int:
     return max(SEEDING_ROWS, SEEDING_ROWS_PER_COMPONENT * n_components)
 
 
+def subsamples(data, n_components: int, sample=None) -> bool:
+    """Whether the seeds of ``data`` come from a subsample of its rows (a static test).
+
+    True when a host-drawn ``sample`` is given (:func:`host_seeding_sample`) or when dense
+    data (plain, or dense row blocks) have more than :func:`seeding_size` rows, which
+    :func:`seeding_sample` subsamples inside the program.
+    """
+    if sample is not None:
+        return True
+    return isinstance(data.block, DenseData) and data.shape[0] > seeding_size(n_components)
+
+
 def seeding_sample(rng_key, data, n_components: int):
     """Return the rows spherical k-means++ seeds from: a uniform subsample of dense data.
 
@@ -83,11 +95,9 @@ def seeding_sample(rng_key, data, n_components: int):
     program sparse rows are not gathered: the one-hot product that selects them is O(n) per
     row; :func:`host_seeding_sample` draws them before the program).
     """
-    n_samples = data.shape[0]
-    size = seeding_size(n_components)
-    dense = isinstance(data.block, DenseData)
-    if n_samples <= size or not dense:
+    if not subsamples(data, n_components):
         return data
+    n_samples, size = data.shape[0], seeding_size(n_components)
     idx = jax.random.choice(jax.random.fold_in(rng_key, size), n_samples, (size,), replace=False)
     if isinstance(data, DenseData):
         return DenseData(data.X[idx])

@@ -259,11 +259,21 @@ def test_split_merge_keeps_a_good_optimum():
 def test_fits_seeded_from_a_subsample_find_the_clusters_without_recompiling(sparse, monkeypatch):
     """4,400 rows (more than the 4,096 that seeding draws from, dense rows inside the
     program, sparse ones on the host): the subsampled start finds all eight clusters, and a
-    fit with another seed (another subsample) runs the programs compiled for the first."""
+    fit with another seed (another subsample) runs the programs compiled for the first.
+    The split-and-merge moves are made on the subsample only (_parallel.refine), in
+    SparseVMFMixture's start and in B- and T-vMFmix's; on 1,000 rows, on all of them."""
     import scipy.sparse as sp
 
-    from bayesvmf import _mixture, _seeding
+    from bayesvmf import _mixture, _parallel, _seeding
 
+    moved_on = []  # the rows of the data of every split_merge traced
+    split_merge = _parallel.split_merge
+
+    def spy_moves(data, mu, max_passes):
+        moved_on.append(data.shape[0])
+        return split_merge(data, mu, max_passes)
+
+    monkeypatch.setattr(_parallel, "split_merge", spy_moves)
     drawn = []  # the number of rows of every subsample drawn
     for name in ("seeding_sample", "host_seeding_sample"):
         original = getattr(_seeding, name)
@@ -285,10 +295,22 @@ def test_fits_seeded_from_a_subsample_find_the_clusters_without_recompiling(spar
         pytest.skip("the accelerator's sparse kernel seeds on all rows")
     assert drawn and set(drawn) == {4096}
     assert adjusted_rand_score(y, first.labels_) == 1.0
+    assert set(moved_on) == {4096}
     before = dict(_mixture.TRACE_COUNTS)
     second = SparseVMFMixture(8, random_state=1).fit(X)
     assert adjusted_rand_score(y, second.labels_) == 1.0
     assert {k: v for k, v in _mixture.TRACE_COUNTS.items() if v != before.get(k)} == {}
+    if not sparse:  # the start of B- and T-vMFmix
+        moved_on.clear()
+        with jax.enable_x64(True):
+            mu = jax.jit(_parallel.initial_directions, static_argnums=(2, 3))(
+                jax.random.PRNGKey(0), _data.to_device(X), 8, "greedy-spherical-kmeans++", 20
+            )
+        assert adjusted_rand_score(y, np.argmax(X @ np.asarray(mu).T, axis=1)) == 1.0
+        assert set(moved_on) == {4096}
+    moved_on.clear()
+    SparseVMFMixture(8, random_state=0).fit(X[:1000])
+    assert set(moved_on) == {1000}
 
 
 def test_split_merge_reseeds_an_empty_cluster():

@@ -110,7 +110,8 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         passes): the start of :class:`~bayesvmf.models.SparseVMFMixture`. The initial
         assignment is the final partition. On data of more than max(4096, 128 K) rows (dense,
         or sparse on one CPU device) the seeds are drawn from, and first refined on, a uniform
-        subsample of that many rows (:func:`bayesvmf._parallel.seeds`). 0 assigns the rows to
+        subsample of that many rows (:func:`bayesvmf._parallel.seeds`), and on all rows
+        only the hard passes follow (:func:`bayesvmf._parallel.refine`). 0 assigns the rows to
         the seeds (earlier versions, on data of at most that many rows:
         ``init="spherical-kmeans++", kmeans_iter=0``). Ignored when ``init`` is an
         array of labels.

@@ -312,8 +312,8 @@ def _seed_batch(rng_key, data, n_init, n_components, init, hard_iter, refined, s
     rather than by a program of its own (each program costs a new process's first fit its
     read-back). :func:`bayesvmf._parallel.seeds`: with ``refined``, seeds drawn from a
     subsample of large data (dense rows drawn inside the program; ``sample``, sparse rows
-    drawn before it) are refined on that subsample as :func:`_refine_batch` refines them on
-    all rows (hard passes, then split-and-merge moves), so that the moves on all rows are few.
+    drawn before it) are refined on that subsample (hard passes, then split-and-merge
+    moves), and :func:`_refine_batch` makes only hard passes on all rows.
     """
     _mixture.count_trace("sparse.seeds")
     keys = jax.random.split(rng_key, n_init)
@@ -330,15 +330,18 @@ def _seed_batch(rng_key, data, n_init, n_components, init, hard_iter, refined, s
     return data.map(batch, (keys, hard_iter))
 
 
-@persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
-def _refine_batch(mu, data, hard_iter):
-    """Hard passes, then split-and-merge moves, of every restart's directions (B, K, d)."""
+@persistent_jit(static_argnames="moves", compiler_options=_mixture.JIT_OPTIONS)
+def _refine_batch(mu, data, hard_iter, moves):
+    """Refine every restart's directions (B, K, d): :func:`bayesvmf._parallel.refine`.
+
+    Hard passes, then split-and-merge moves when ``moves`` (not after a subsample's).
+    """
     _mixture.count_trace("sparse.refine")
 
     def batch(args, data):
         mu, hard_iter = args
 
-        return jax.vmap(lambda mu: _parallel.refine(data, mu, hard_iter))(mu)
+        return jax.vmap(lambda mu: _parallel.refine(data, mu, hard_iter, moves))(mu)
 
     return data.map(batch, (mu, hard_iter))
 
@@ -379,14 +382,15 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     sparse on the CPU kernel, not in row blocks) are seeded from a uniform subsample
     (:func:`bayesvmf._seeding.seeding_sample`, :func:`~bayesvmf._seeding.host_seeding_sample`;
     all restarts share the sparse one), where the
-    seeds get the same refinement first: coarse to fine, most moves then cost passes over
+    seeds get the same refinement first: coarse to fine, the moves then cost passes over
     the subsample instead of all rows (measured, 50,000 x 256 float32, K = 40 clusters of
     unequal sizes: 0.3 s on the subsample, then 1.2-1.7 s on all rows, against 3.7-4.4 s on
-    all rows without the subsample's, at one held-out ARI). Each run has its own key; the
-    runs go through three jitted programs (seeds, refinement, statistics), vmapped over
-    them. (Three, not one: composed into one program the seeding and the hard passes were
-    measured slower than apart on CPU, 0.52 s against 0.20 + 0.14 s for 50,000 x 256,
-    K = 32, seeding all rows.)
+    all rows without the subsample's, at one held-out ARI), and on all rows only the hard
+    passes follow (:func:`bayesvmf._parallel.refine`: the moves are made once). Each run
+    has its own key; the runs go through three jitted programs (seeds, refinement,
+    statistics), vmapped over them. (Three, not one: composed into one program the
+    seeding and the hard passes were measured slower than apart on CPU, 0.52 s against
+    0.20 + 0.14 s for 50,000 x 256, K = 32, seeding all rows.)
 
     Returns
     -------
@@ -398,7 +402,9 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
         rng_key, data, int(n_init), int(n_components), init, np.int64(hard_iter), refined, sample
     )
     if refined:
-        mu = _refine_batch(mu, data, np.int64(hard_iter))
+        # the moves were made on the subsample, if the seeds came from one (_parallel.refine)
+        moves = not _seeding.subsamples(data, int(n_components), sample)
+        mu = _refine_batch(mu, data, np.int64(hard_iter), moves)
     log_weights, mu, kappa, status = _init_batch(
         mu, data, np.float64(kappa_max), bool(shared_kappa), refined
     )

@@ -98,9 +98,10 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         it raises the spherical k-means objective), which leave the local optima an unlucky
         seeding falls into (benchmarks/results/vs_sklearn.md); EM then starts from the
         M-step of the final partition; on data seeded from a subsample the seeds get the
-        same refinement there first. 0 starts EM at the seeds (Algorithm 4 of [1]_, the
-        behaviour of earlier versions on data of at most max(4096, 128 K) rows). Ignored
-        when ``init`` is an array of labels.
+        same refinement there first, and on all rows only the hard passes follow (the
+        moves are made once: :func:`bayesvmf._parallel.refine`). 0 starts EM at the seeds
+        (Algorithm 4 of [1]_, the behaviour of earlier versions on data of at most
+        max(4096, 128 K) rows). Ignored when ``init`` is an array of labels.
     kappa_max : float, default 1e6
         Concentration cap (appendix B of [1]_); reaching it marks the run as collapsed.
     normalize : bool, default True
