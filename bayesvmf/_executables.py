@@ -73,14 +73,14 @@ def path(folder: Path, key: str) -> Path:
     return folder / f"{key}.{_tag()}.xla"
 
 
-def _home():
+def home_device():
     """Return the device programs read back run on: the process's default one."""
     return jax.local_devices()[0]
 
 
 @functools.cache
 def _tag() -> str:
-    home = _home()
+    home = home_device()
     text = repr((home.client.platform_version, home.device_kind, os.environ.get("XLA_FLAGS", "")))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -96,7 +96,7 @@ def compile_options(options: dict, n_inputs: int, n_outputs: int):
     """
     from jax._src import compiler
 
-    home = _home()
+    home = home_device()
     result = compiler.get_compile_options(
         num_replicas=1,
         num_partitions=1,
@@ -164,7 +164,7 @@ def read(file: Path, exported):
         options = xla_client.CompileOptions.ParseFromString(
             base64.b64decode(meta["compile_options"])
         )
-        home = _home()
+        home = home_device()
         unpickler = Unpickler(io.BytesIO(blob), home.client, [home], options)
         unloaded, args_info_flat, no_kwargs = unpickler.load()
         args_info = exported.in_tree.unflatten(args_info_flat)

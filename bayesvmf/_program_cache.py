@@ -259,8 +259,8 @@ def _replicated(tree, sharding):
 
 @functools.cache
 def _home() -> frozenset:
-    """Return the device a program read back runs on: the process's default one."""
-    return frozenset(jax.local_devices()[:1])
+    """Return the device set of a program read back: :func:`bayesvmf._executables.home_device`."""
+    return frozenset([_executables.home_device()])
 
 
 def _leaf_key(leaf) -> tuple | None:
