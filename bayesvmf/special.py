@@ -674,6 +674,35 @@ def banerjee_kappa(d, rbar):
 KAPPA_NEWTON_STEPS = 8
 
 
+#: Half-width, in log kappa, of the central difference that gives the log-slope of
+#: ``1 - A_d`` where the analytic slope cancels (below 64 bits and kappa > 10 (d + 1)):
+#: the difference's bias is ~h^2/6 of the slope's third derivative (1e-4 relative) and its
+#: noise ~(error of 1 - A) / (2 h) (about 2e-3 relative in float32).
+LOG_SLOPE_HALF_WIDTH = 0.02
+
+
+def _upper_log_slope(branch, nu, kappa):
+    """-d log(1 - A) / d log kappa by a central difference in log kappa (see above)."""
+    h = LOG_SLOPE_HALF_WIDTH
+    above = _ratio_pair(branch, nu, kappa * jnp.exp(h))[1]
+    below = _ratio_pair(branch, nu, kappa * jnp.exp(-h))[1]
+    return (jnp.log(below) - jnp.log(above)) / (2.0 * h)
+
+
+def _differenced(d, kappa):
+    """Where the analytic slope of A_d is noise below 64 bits: kappa > 10 (d + 1).
+
+    A'(kappa) = (1 - A)(1 + A) - (d - 1) A / kappa: for kappa >> d the two terms, each
+    ~(d - 1) / kappa, cancel to ~(d - 1) / (2 kappa^2), so the relative error of 1 - A
+    (up to 1e-4 in float32) becomes ~2e-4 kappa in the slope: wrong steps and gradients
+    off by factors once kappa ~ 1e4 (float32 1 - rbar = 7.2e-6 at d = 2 gave 6.2 times the
+    root).
+    In float64 (error ~1e-14) the cancellation is harmless up to kappa / d ~ 1e10, so
+    callers difference only below 64 bits.
+    """
+    return kappa > 10.0 * (d + 1.0)
+
+
 def _make_kappa_from_rbar(branch):
     def solve(d, rbar):
         nu = 0.5 * d - 1.0
@@ -697,10 +726,15 @@ def _make_kappa_from_rbar(branch):
             )
             # A'(kappa) = 1 - A^2 - (d - 1) A / kappa = (1 - A)(1 + A) - (d - 1) A / kappa.
             # For kappa >> d its two terms cancel to a relative error ~ eps kappa / d: harmless
-            # here, since only the residual sets the precision of the root; the log-slope is
-            # kept inside its true range (0, ~1.5] so that a poor slope only slows a step.
+            # in float64, since only the residual sets the precision of the root; below 64
+            # bits the log-slope is then a difference of 1 - A (_differenced). It is kept
+            # inside its true range (0, ~1.5] so that a poor slope only slows a step.
             slope = one_minus_ratio * (1.0 + ratio) - (d - 1.0) * ratio / kappa
             log_slope = kappa * slope / jnp.where(upper, one_minus_ratio, ratio)
+            if jnp.finfo(rbar.dtype).bits < 64:
+                log_slope = jnp.where(
+                    upper & _differenced(d, kappa), _upper_log_slope(branch, nu, kappa), log_slope
+                )
             step = residual / jnp.clip(log_slope, 0.05, 2.0)
             # the clip only guards the first step of a poor start; it never binds near the root
             return log_kappa - jnp.clip(step, -2.0, 2.0)
@@ -719,9 +753,17 @@ def _make_kappa_from_rbar(branch):
         if isinstance(rbar_dot, SymbolicZero):
             return kappa, jnp.zeros_like(kappa)
         # Implicit function theorem on A_d(kappa) = rbar: dkappa/drbar = 1 / A_d'(kappa).
-        _, (slope, _) = jax.jvp(
-            lambda k: _ratio_pair(branch, 0.5 * d - 1.0, k), (kappa,), (jnp.ones_like(kappa),)
+        nu = 0.5 * d - 1.0
+        (_, one_minus_ratio), (slope, _) = jax.jvp(
+            lambda k: _ratio_pair(branch, nu, k), (kappa,), (jnp.ones_like(kappa),)
         )
+        if jnp.finfo(kappa.dtype).bits < 64:
+            # A' = (1 - A) (-d log(1 - A) / d log kappa) / kappa where it cancels (above)
+            slope = jnp.where(
+                _differenced(d, kappa),
+                one_minus_ratio * _upper_log_slope(branch, nu, kappa) / kappa,
+                slope,
+            )
         return kappa, rbar_dot / slope
 
     solve.defjvp(solve_jvp, symbolic_zeros=True)

@@ -273,6 +273,31 @@ def test_banerjee_is_a_close_start():
         assert _rel_error(start, KAPPA[rows]).max() < 0.1
 
 
+@pytest.mark.parametrize("d", [2, 3, 5, 10, 43, 100, 1000])
+def test_kappa_from_rbar_float32_near_one(d):
+    """float32 rbar close to 1 (kappa >> d): the root and its gradient to float32 accuracy.
+
+    The Newton slope A' cancels there; in float32 it was noise, and the returned kappa was
+    off by up to 6x (d = 3, 1 - rbar = 1e-6) and its gradient by 5x. The reference is the
+    float64 residual at the float32 input: 1 - rbar is exact in float64 (Sterbenz), and kappa
+    is well conditioned in it (relative to relative, about 1), so 1 - A_d(kappa) matches
+    1 - rbar to the float32 accuracy of 1 - A (1e-4, test_float32) and kappa with it.
+    """
+    with jax.enable_x64(False):
+        rbar32 = jnp.asarray(1.0 - np.logspace(-1, -6.8, 24), jnp.float32)
+        rbar32 = rbar32[rbar32 < 1.0]
+        kappa32 = special.kappa_from_rbar(d, rbar32)
+        grad32 = jax.vmap(jax.grad(lambda r: special.kappa_from_rbar(d, r)))(rbar32)
+        assert kappa32.dtype == grad32.dtype == jnp.float32
+    kappa = np.asarray(kappa32, np.float64)
+    one_minus_rbar = 1.0 - np.asarray(rbar32, np.float64)
+    q = np.asarray(special.one_minus_mean_resultant_length(d, kappa))
+    assert _rel_error(q, one_minus_rbar).max() <= 2e-4
+    # dkappa/drbar = 1 / A'(kappa), A' from float64 at the returned kappa
+    slope = np.asarray(jax.vmap(jax.grad(lambda k: special.mean_resultant_length(d, k)))(kappa))
+    assert _rel_error(np.asarray(grad32, np.float64), 1.0 / slope).max() <= 1e-2
+
+
 def test_jit_vmap_and_traced_dimension_agree():
     kappa = np.array([0.0, 0.5, 31.0, 1e4])
     eager = np.asarray(special.log_vmf_normalizer(7, kappa))
