@@ -53,6 +53,7 @@ References
 from __future__ import annotations
 
 import math
+import numbers
 from functools import partial
 
 import jax
@@ -77,6 +78,27 @@ __all__ = ["SphericalUniform", "VonMisesFisher", "unit_vector"]
 #: 13-20 rounds and the chance that one draw needs 200 is below 1e-86; the cap only guards
 #: against an endless loop on bad input (NaN concentration).
 _MAX_REJECTION_ROUNDS = 200
+
+
+def _check_sample_shape(sample_shape) -> tuple[int, ...]:
+    """Return ``sample_shape`` as a tuple of ints >= 0; an int n means (n,), as in jax.random.
+
+    Raises a TypeError or ValueError naming ``sample_shape`` (a negative size reached JAX's
+    ``broadcast_in_dim`` before).
+    """
+    if isinstance(sample_shape, numbers.Integral) and not isinstance(sample_shape, bool):
+        sample_shape = (sample_shape,)
+    try:
+        shape = tuple(sample_shape)
+    except TypeError:
+        raise TypeError(
+            f"sample_shape must be a tuple of ints (or an int); got {sample_shape!r}"
+        ) from None
+    if not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in shape):
+        raise TypeError(f"sample_shape must be a tuple of ints; got {sample_shape!r}")
+    if any(s < 0 for s in shape):
+        raise ValueError(f"sample_shape must hold sizes >= 0; got {sample_shape!r}")
+    return tuple(int(s) for s in shape)
 
 
 def _check_dimension(dimension: int, name: str) -> int:
@@ -182,6 +204,8 @@ class VonMisesFisher(Distribution):
                 if value.ndim < 1 and name == "loc":
                     continue  # the shape check below names the problem
                 valid = self.arg_constraints[name](value)
+                if name == "concentration":  # kappa = inf is a point mass: no density
+                    valid = valid & np.isfinite(value)
                 if not np.all(valid):
                     raise ValueError(
                         f"{type(self).__name__} distribution got invalid {name} parameter: "
@@ -190,7 +214,7 @@ class VonMisesFisher(Distribution):
 
     _constraint_text = {
         "loc": "loc must be a unit vector (norm 1 to within 10 sqrt(d) ulp)",
-        "concentration": "concentration must be >= 0 (and not NaN)",
+        "concentration": "concentration must be finite and >= 0 (and not NaN)",
     }
 
     @staticmethod
@@ -257,7 +281,8 @@ class VonMisesFisher(Distribution):
         Parameters
         ----------
         key : jax.random key
-        sample_shape : tuple of int
+        sample_shape : tuple of int, or int
+            Sizes >= 0; an int n means (n,).
 
         Returns
         -------
@@ -265,7 +290,7 @@ class VonMisesFisher(Distribution):
             Unit vectors (norm 1 to within a few ulp).
         """
         assert key is not None
-        return _sample_vmf(key, self.loc, self.concentration, tuple(sample_shape))
+        return _sample_vmf(key, self.loc, self.concentration, _check_sample_shape(sample_shape))
 
     @property
     def mean(self) -> jax.Array:
@@ -381,7 +406,7 @@ class SphericalUniform(Distribution):
     def sample(self, key, sample_shape=()) -> jax.Array:
         """Draw uniform unit vectors, shape sample_shape + (d,)."""
         assert key is not None
-        shape = tuple(sample_shape) + self.batch_shape + self.event_shape
+        shape = _check_sample_shape(sample_shape) + self.batch_shape + self.event_shape
         return _safe_normalize(jax.random.normal(key, shape))
 
     @property

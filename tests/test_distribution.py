@@ -720,9 +720,27 @@ def test_invalid_loc_norm_with_validate_args():
     np.testing.assert_array_equal(loc, [1.0, 1.0, 0.0])  # caller's array untouched
 
 
-def test_negative_concentration_with_validate_args():
-    with pytest.raises(ValueError, match="got invalid concentration parameter"):
-        VonMisesFisher(unit_basis(3), jnp.array([1.0, -0.5]), validate_args=True)
+@pytest.mark.parametrize("kappa", [-0.5, np.nan, np.inf])
+def test_negative_nan_or_infinite_concentration_with_validate_args(kappa):
+    # kappa = inf (a point mass, no density) passed NumPyro's nonnegative constraint and
+    # gave log_prob NaN
+    message = "concentration must be finite and >= 0"
+    with pytest.raises(ValueError, match=f"got invalid concentration parameter: {message}"):
+        VonMisesFisher(unit_basis(3), jnp.array([1.0, kappa]), validate_args=True)
+
+
+@pytest.mark.parametrize("cls", ["vmf", "uniform"])
+def test_sample_shape_checked(cls):
+    d = VonMisesFisher(unit_basis(3), 2.0) if cls == "vmf" else SphericalUniform(3)
+    key = jax.random.key(0)
+    np.testing.assert_array_equal(d.sample(key, 4), d.sample(key, (4,)))  # as jax.random
+    assert d.sample(key, (2, 0)).shape == (2, 0, 3)
+    with pytest.raises(ValueError, match=r"^sample_shape must hold sizes >= 0; got \(-1,\)"):
+        d.sample(key, (-1,))
+    with pytest.raises(TypeError, match=r"^sample_shape must be a tuple of ints; got \(2\.5,\)"):
+        d.sample(key, (2.5,))
+    with pytest.raises(TypeError, match=r"^sample_shape must be a tuple of ints \(or an int\)"):
+        d.sample(key, None)
 
 
 @pytest.mark.parametrize("loc", [np.ones(1), np.ones((3, 1))])
