@@ -7,7 +7,10 @@ arguments and its scalar fitted attributes. Loading uses ``np.load(..., allow_pi
 and imports only classes of the ``bayesvmf`` package that implement the persistence hooks
 (``_get_state`` / ``_set_state`` of :class:`bayesvmf._mixture.BaseVMFMixture`), so a file
 can never run code. A corrupt file, a foreign ``.npz`` or an unknown class raise a
-``ValueError`` that says which.
+``ValueError`` that says which. The document also holds a SHA-256 digest of every array
+(its dtype, shape and bytes): an entry changed after saving (a damaged or edited file) is
+refused by name, instead of loading a model whose parameters are not the fitted ones.
+Files written before the digests were added load as they did.
 
 Every estimator gets persistence by listing its fitted attributes in ``_fitted_attributes``
 (arrays go to the archive, JSON scalars to the document); constructor arguments must be JSON
@@ -17,6 +20,7 @@ values (None, bool, int, float, str).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import json
 import os
@@ -124,9 +128,37 @@ def save(model, path) -> None:
         "class": f"{cls.__module__}:{cls.__qualname__}",
         "params": params,
         "scalars": scalars,
+        "digests": {name: _digest(array) for name, array in arrays.items()},
     }
     blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
     np.savez(path, **{_META_KEY: blob}, **arrays)
+
+
+def _digest(array: np.ndarray) -> str:
+    """SHA-256 of an array's dtype, shape and C-order bytes (hex)."""
+    array = np.ascontiguousarray(array)
+    digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _check_digests(meta: dict, arrays: dict, where: str) -> None:
+    """Refuse arrays that differ from the digests :func:`save` wrote (none: an older file)."""
+    digests = meta.get("digests")
+    if digests is None:
+        return
+    if not isinstance(digests, dict):
+        raise ValueError(f"{where}: corrupt bayesvmf metadata (digests is not an object).")
+    for name in sorted(set(digests) | set(arrays)):
+        if name not in arrays:
+            raise ValueError(f"{where}: the saved entry {name!r} is missing from the file.")
+        if name not in digests:
+            raise ValueError(f"{where}: the entry {name!r} was not written by save.")
+        if _digest(arrays[name]) != digests[name]:
+            raise ValueError(
+                f"{where}: the entry {name!r} differs from what save wrote (its SHA-256 digest "
+                "does not match): the file is damaged or was edited."
+            )
 
 
 #: Constructor arguments added to a class after files of it were saved, with the value that
@@ -165,7 +197,8 @@ def load(path):
     ------
     ValueError
         If the file is not a readable bayesvmf file (corrupt, foreign, newer format,
-        unknown class or attribute).
+        unknown class or attribute), or an array differs from the one :func:`save` wrote
+        (its digest, module docstring).
     """
     where = os.fspath(path)
     try:
@@ -176,6 +209,12 @@ def load(path):
         try:
             archive = np.load(handle, allow_pickle=False)
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+            if "allow_pickle=" in str(exc):  # NumPy's advice to unpickle it: not ours to give
+                raise ValueError(
+                    f"{where}: not a readable bayesvmf file (neither an npz archive nor an npy "
+                    "array; NumPy could only read it as a pickle, and load never unpickles a "
+                    "file: that can run code)."
+                ) from exc
             raise ValueError(f"{where}: not a readable bayesvmf file ({exc}).") from exc
         if not isinstance(archive, np.lib.npyio.NpzFile):
             raise ValueError(f"{where}: not a bayesvmf file (a bare array, not an npz archive).")
@@ -208,6 +247,7 @@ def load(path):
     for key in ("class", "params", "scalars"):
         if key not in meta:
             raise ValueError(f"{where}: corrupt bayesvmf metadata (missing {key!r}).")
+    _check_digests(meta, arrays, where)
     cls = _resolve_class(str(meta["class"]), where)
     # an argument added after a file was written: the value that does what the saved
     # estimator did (a file without it predates the argument)

@@ -86,6 +86,65 @@ def test_corrupt_and_foreign_files(tmp_path, fitted):
     assert zipfile.is_zipfile(good)
 
 
+def _rewrite(path, out, **changes):
+    """Copy the npz file ``path`` to ``out`` with entries replaced (None: dropped)."""
+    with np.load(path, allow_pickle=False) as f:
+        entries = {name: f[name] for name in f.files}
+    for name, value in changes.items():
+        if value is None:
+            entries.pop(name)
+        else:
+            entries[name] = value
+    np.savez(out, **entries)
+
+
+def test_an_entry_changed_after_saving_is_refused_by_name(tmp_path, fitted):
+    X, model = fitted
+    good = tmp_path / "good.npz"
+    save(model, good)
+    with np.load(good) as f:
+        weights, mu = f["weights_"], f["mean_directions_"]
+    nan_mu = mu.copy()
+    nan_mu[0, 0] = np.nan
+    edits = {
+        "nan": dict(mean_directions_=nan_mu),
+        "cut": dict(weights_=weights[:1]),
+        "retyped": dict(weights_=weights.astype(np.float32)),
+        "flipped": dict(mean_directions_=mu[::-1].copy()),  # same bytes' multiset, moved
+    }
+    for label, change in edits.items():
+        out = tmp_path / f"{label}.npz"
+        _rewrite(good, out, **change)
+        name = next(iter(change))
+        with pytest.raises(ValueError, match=rf"{label}.npz: the entry '{name}' differs"):
+            load(out)
+    _rewrite(good, tmp_path / "dropped.npz", weights_=None)
+    with pytest.raises(ValueError, match="the saved entry 'weights_' is missing"):
+        load(tmp_path / "dropped.npz")
+    _rewrite(good, tmp_path / "extra.npz", surprise=np.zeros(2))
+    with pytest.raises(ValueError, match="the entry 'surprise' was not written by save"):
+        load(tmp_path / "extra.npz")
+    # a file of an earlier version, without digests, loads as before
+    with np.load(good) as f:
+        meta = json.loads(f["__bayesvmf__"].tobytes())
+    del meta["digests"]
+    blob = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    _rewrite(good, tmp_path / "old.npz", __bayesvmf__=blob)
+    np.testing.assert_array_equal(load(tmp_path / "old.npz").predict(X), model.predict(X))
+
+
+def test_unreadable_files_are_refused_without_advice_to_unpickle_them(tmp_path):
+    garbage = tmp_path / "garbage.bin"  # NumPy takes any unknown file for a pickle
+    garbage.write_bytes(b"not a zip at all")
+    pickled = tmp_path / "pickled.npy"
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    for path in (garbage, pickled):
+        with pytest.raises(ValueError, match=f"{path.name}: not a readable bayesvmf file") as err:
+            load(path)
+        assert "allow_pickle" not in str(err.value)
+        assert "pickle.load" not in str(err.value)
+
+
 def test_unsaveable_random_state(tmp_path):
     import jax
 
