@@ -46,6 +46,7 @@ and :class:`~sklearn.base.ClusterMixin` to this base. Estimators that do not sha
 from __future__ import annotations
 
 import numbers
+import os
 import types
 from typing import Any, NamedTuple
 
@@ -68,6 +69,7 @@ __all__ = [
     "StreamStep",
     "StreamingMixin",
     "check_count",
+    "check_fits_in_memory",
     "make_key",
     "seed_from",
 ]
@@ -414,6 +416,51 @@ def check_count(value, name: str, *, minimum: int = 1, allow_none: bool = False)
         what = "None or an int" if allow_none else "an int"
         raise ValueError(f"{name} must be {what} >= {minimum}; got {value!r}.")
     return int(value)
+
+
+def physical_memory() -> int | None:
+    """Return this machine's physical memory in bytes, or None where the OS does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, OSError, ValueError):  # no sysconf (Windows) or no such name
+        return None
+
+
+def check_fits_in_memory(nbytes: float, asked: str, needed: str) -> None:
+    """Raise a ValueError when ``nbytes`` exceed this machine's physical memory.
+
+    For sizes a user sets that allocate arrays in proportion (``sample(n_samples)``, the
+    time steps of ``times``): an absurd value is refused with a message naming it, instead
+    of XLA aborting the process or failing to allocate deep inside a program. Only what
+    cannot fit at all is refused: the arrays named by ``needed`` alone are larger than the
+    memory (where the OS does not report it, nothing is checked).
+
+    Parameters
+    ----------
+    nbytes : float
+        Bytes of the arrays asked for.
+    asked : str
+        The argument and its value, for the message ("n_samples=10000000000").
+    needed : str
+        What those bytes hold, for the message.
+    """
+    memory = physical_memory()
+    if memory is not None and nbytes > memory:
+        raise ValueError(
+            f"{asked} needs {needed}: {_bytes_text(nbytes)}, more than this machine's "
+            f"{_bytes_text(memory)} of memory."
+        )
+
+
+def _bytes_text(nbytes: float) -> str:
+    """Return a size in bytes as text in binary units ("6.9 MiB")."""
+    value, unit = float(nbytes), "TiB"
+    for smaller in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            unit = smaller
+            break
+        value /= 1024
+    return f"{int(value)} B" if unit == "B" else f"{value:,.1f} {unit}"
 
 
 #: Constraints of the step sizes rho_t = (t + ``learning_offset``)^(-``learning_decay``) of

@@ -47,7 +47,13 @@ from sklearn.base import ClusterMixin, DensityMixin
 from sklearn.utils import _param_validation as pv
 
 from bayesvmf import _blocks, special
-from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, check_count, make_key
+from bayesvmf._base import (
+    RANDOM_STATE,
+    BaseVMFEstimator,
+    check_count,
+    check_fits_in_memory,
+    make_key,
+)
 from bayesvmf._compile_cache import JIT_OPTIONS, TRACE_COUNTS, count_trace
 from bayesvmf._program_cache import persistent_jit
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning, NotFittedError
@@ -581,9 +587,22 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
             Unit vectors.
         labels : ndarray of shape (n_samples,)
             The component of each draw.
+
+        Raises
+        ------
+        ValueError
+            If ``n_samples`` is not an int >= 1, or the draws alone would take more than
+            this machine's memory (draw in batches instead).
         """
         self._check_is_fitted()
         n_samples = check_count(n_samples, "n_samples")
+        # the draws, their means and their labels: 2 d + 1 float64 values per draw
+        d = int(self.n_features_in_)
+        check_fits_in_memory(
+            8.0 * n_samples * (2 * d + 1),
+            f"n_samples={n_samples}",
+            f"{n_samples:,} draws in R^{d}, their means and labels (float64)",
+        )
         from bayesvmf.distribution import VonMisesFisher
 
         with jax.enable_x64(True):

@@ -277,6 +277,20 @@ def test_sample_reproducible(X):
         model.sample(0)
 
 
+def test_sample_refuses_draws_larger_than_memory(X, monkeypatch):
+    """sample(10**11) in R^4 used to abort the process inside XLA (a failed check, no
+    exception); draws that cannot fit in memory are refused by name before any program."""
+    model = small().fit(X)
+    with pytest.raises(ValueError, match=r"^n_samples=100000000000 needs 100,000,000,000 draws"):
+        model.sample(10**11)
+    # the limit is this machine's memory: 1 MiB holds 1,000 draws in R^4 (72 KB), not 10^5
+    monkeypatch.setattr(_base, "physical_memory", lambda: 2**20)
+    assert model.sample(1000)[0].shape == (1000, 4)
+    message = r": 6\.9 MiB, more than this machine's 1\.0 MiB of memory\.$"
+    with pytest.raises(ValueError, match=message):
+        model.sample(10**5)
+
+
 def test_unfitted_raises_sklearn_not_fitted(X):
     assert bayesvmf.NotFittedError is NotFittedError
     model = small()

@@ -20,7 +20,7 @@ from jax.scipy.special import logsumexp
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _blocks, _guards, _mixture, _seeding, special
-from bayesvmf._base import make_key
+from bayesvmf._base import check_fits_in_memory, make_key
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian import _shared as _s
 from bayesvmf.models.bayesian._temporal_vi import (
@@ -357,6 +357,15 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         _blocks.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
         t = self._fit_times_of(t, Xc.shape[0])
+        # every step 0..max(times) holds K means of d values, their statistics and their
+        # posterior parameters (three such arrays, float64), whether or not rows fall there
+        n_times, d = int(t.max()) + 1, Xc.shape[1]
+        check_fits_in_memory(
+            3 * 8.0 * n_times * int(self.n_components) * d,
+            f"times up to {n_times - 1}",
+            f"{n_times:,} time steps of {self.n_components} means in R^{d} (three float64 "
+            "arrays: every step from 0 is fitted, rows or none)",
+        )
         with jax.enable_x64(True):
             data = _blocks.device_data(Xc, devices=self.devices, transposed=True)
             self._fit_times(data, t, make_key(self.random_state))
