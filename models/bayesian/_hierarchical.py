@@ -294,6 +294,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
 
     def _n_leaves(self) -> int:
         """Return the number of mixture components (leaves) of the tree of the next fit."""
+        if self.parents is None:  # without building a tree of n_components leaves
+            return 1 if self.n_components is None else int(self.n_components)
         return int(leaves_of(self._tree_parents()).size)
 
     def _check_input(self, X, *, reset: bool):
@@ -308,7 +310,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        self._tree_parents()
+        if self.parents is not None:  # (n_components alone was checked above: the tree of
+            self._tree_parents()  # a fit is built after the rows are counted against it)
         check_direction(self.mu0)
 
     def _n_parameters(self) -> int:
