@@ -7,6 +7,7 @@ other fit has the same shapes, so the compiled steps are reused (checked by trac
 
 import copy
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -257,6 +258,20 @@ def test_each_empirical_bayes_update_increases_the_bound(fits, sample):
             assert value > base + 1e-6, name
         else:  # local maximiser: moving an updated value lowers the bound
             assert value <= best[name] + 1e-9 * abs(best[name]), (name, field)
+
+
+def test_max_iter_is_at_least_one(sample):
+    """max_iter=0 used to leave the fit at its start with a bound of -inf and no warning;
+    the Bayesian family's bound is the bound after an iteration (H- and T-vMFmix refused 0
+    already)."""
+    X = sample.X.copy()
+    message = (
+        "The 'max_iter' parameter of BayesianVMFMixture must be an int in the range [1, inf). "
+        "Got 0 instead."
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        BayesianVMFMixture(3, max_iter=0).fit(X)
+    np.testing.assert_array_equal(X, sample.X)
 
 
 def test_dirichlet_terms_and_the_alpha_step_against_scipy():

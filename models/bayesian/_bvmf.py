@@ -120,6 +120,8 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         (:mod:`bayesvmf._guards`), the first whose bound per row is within ``tol`` of the
         largest is kept (:func:`bayesvmf._guards.select_run`).
     max_iter : int, default 100
+        VI iterations, at least 1 (as every model of the Bayesian family: the bound of a
+        fit is the bound after an iteration).
     tol : float, default 1e-6
         Convergence threshold on the change of the bound per row.
     num_chains, num_warmup, num_samples : int, default 2, 200, 200
@@ -243,7 +245,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         "init": [StrOptions(set(_seeding.INIT_METHODS)), "array-like"],
         "kmeans_iter": [Interval(Integral, 0, None, closed="left")],
         "n_init": [Interval(Integral, 1, None, closed="left")],
-        "max_iter": [Interval(Integral, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [NONNEGATIVE],
         "num_chains": [Interval(Integral, 1, None, closed="left")],
         "num_warmup": [Interval(Integral, 0, None, closed="left")],
@@ -488,7 +490,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         history = []
         progress = self._progress(self.max_iter, f"VI ({batch} restarts)")
         try:
-            active = self.max_iter > 0
+            active = True
             while active:
                 state, any_active = vi_step(state, data, tol, max_iter, empirical_bayes, **static)
                 history.append(np.asarray(state.bound))
@@ -648,7 +650,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         self.run_lower_bounds_ = bounds
         self.n_iter_ = n_iter
         self.converged_ = bool(run.converged)
-        if not self.converged_ and self.max_iter > 0:
+        if not self.converged_:
             noisy = (
                 " The sampling scheme's bound is a Monte Carlo estimate: a larger "
                 "kappa_num_samples lowers its noise."
