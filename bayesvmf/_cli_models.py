@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -233,5 +234,10 @@ def _out_dir(args) -> Path:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out}: exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"--out {out}: cannot create the folder ({exc.strerror})") from exc
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise CommandError(f"--out {out}: the folder is not writable")
     return out

@@ -389,6 +389,13 @@ def test_missing_file_and_bad_values_in_process(tmp_path, capsys):
     assert "unknown model(s) ['what']" in capsys.readouterr().err
     assert cli.main(["info", str(tmp_path / "nope.npz")]) == 1
     assert "not a readable bayesvmf file" in capsys.readouterr().err
+    # an --out folder that cannot be made: one line, no traceback
+    (tmp_path / "a_file").write_text("")
+    blocked = tmp_path / "a_file" / "out"
+    assert cli.main(["fit", "digits", "-k", "2", "--out", str(blocked)]) == 1
+    err = capsys.readouterr().err
+    message = f"--out {blocked}: cannot create the folder (Not a directory)"
+    assert err == f"bayesvmf fit: error: {message}\n"
 
 
 def test_every_subcommand_explains_its_options(capsys):
