@@ -3,6 +3,7 @@
 import copy
 import functools
 import itertools
+import re
 import warnings
 
 import jax
@@ -395,6 +396,16 @@ def test_bad_input_fit(docs, weights, message):
     assert message in str(err.value)
     for x, c in zip(docs, copies):
         np.testing.assert_array_equal(x, c)
+
+
+def test_sparse_documents_refused_by_name():
+    import scipy.sparse as sp
+
+    docs = [GOOD[0], sp.csr_matrix(GOOD[1])]  # failed in NumPy's concatenate before
+    message = "docs[1] is a sparse matrix: documents are sets of dense vectors"
+    with pytest.raises(TypeError, match=re.escape(message)):
+        DirichletVMFMixture(2).fit(docs)
+    np.testing.assert_array_equal(docs[1].toarray(), GOOD[1])
 
 
 def test_bad_input_transform_and_gibbs_counts(planted_fit):

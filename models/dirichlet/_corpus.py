@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
 
 from bayesvmf import _blocks
 from bayesvmf._blocks import bucket_size
@@ -70,6 +71,11 @@ def _check_documents(docs, weights, *, normalize: bool, n_features: int | None):
     checked = []
     where = "the fitted dimension" if n_features is not None else "the dimension of docs[0]"
     for i, doc in enumerate(docs):
+        if sp.issparse(doc):  # (the tags say so; a sparse document failed in NumPy's concatenate)
+            raise TypeError(
+                f"docs[{i}] is a sparse matrix: documents are sets of dense vectors "
+                f"(word vectors, embeddings); pass docs[{i}].toarray()"
+            )
         arr = check_directional(doc, normalize=normalize, name=f"docs[{i}]")
         if n_features is None:
             n_features = arr.shape[1]
