@@ -136,9 +136,8 @@ def save(model, path) -> None:
 
 def _digest(array: np.ndarray) -> str:
     """SHA-256 of an array's dtype, shape and C-order bytes (hex)."""
-    array = np.ascontiguousarray(array)
     digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
-    digest.update(array.tobytes())
+    digest.update(np.asarray(array, order="C").tobytes())  # (0-d arrays keep their shape)
     return digest.hexdigest()
 
 
@@ -211,9 +210,8 @@ def load(path):
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
             if "allow_pickle=" in str(exc):  # NumPy's advice to unpickle it: not ours to give
                 raise ValueError(
-                    f"{where}: not a readable bayesvmf file (neither an npz archive nor an npy "
-                    "array; NumPy could only read it as a pickle, and load never unpickles a "
-                    "file: that can run code)."
+                    f"{where}: not a readable bayesvmf file (NumPy could read it only by "
+                    "unpickling it, and load never unpickles a file: that can run code)."
                 ) from exc
             raise ValueError(f"{where}: not a readable bayesvmf file ({exc}).") from exc
         if not isinstance(archive, np.lib.npyio.NpzFile):

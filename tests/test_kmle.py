@@ -942,6 +942,14 @@ def test_load_rejects_a_tampered_kmle_file(fitted3, tmp_path):
     save(fitted3, tmp_path / "good.npz")
     with np.load(tmp_path / "good.npz") as archive:
         entries = {name: archive[name] for name in archive.files}
+    # the array digests (bayesvmf.results) refuse every edit below first, by name
+    np.savez(tmp_path / "edited.npz", **{**entries, "scale_": entries["scale_"][:2]})
+    with pytest.raises(ValueError, match="the entry 'scale_' differs from what save wrote"):
+        load(tmp_path / "edited.npz")
+    # without them (a file written before the digests) the class's own checks still do
+    meta = json.loads(entries["__bayesvmf__"].tobytes())
+    del meta["digests"]
+    entries["__bayesvmf__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
 
     def write(name, **changes):
         data = {**entries, **changes}
@@ -955,7 +963,6 @@ def test_load_rejects_a_tampered_kmle_file(fitted3, tmp_path):
         load(write("shape.npz", scale_=entries["scale_"][:2]))
     with pytest.raises(ValueError, match="unexpected fitted attribute 'mean_directions_'"):
         load(write("foreign.npz", mean_directions_=np.eye(3)))
-    meta = json.loads(entries["__bayesvmf__"].tobytes())
     meta["params"]["family"] = "vmf"  # Wishart arrays under a vMF model
     blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     with pytest.raises(ValueError, match="unexpected fitted attribute 'params_dof'"):
