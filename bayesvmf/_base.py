@@ -419,21 +419,24 @@ def check_count(value, name: str, *, minimum: int = 1, allow_none: bool = False)
 
 
 def physical_memory() -> int | None:
-    """Return this machine's physical memory in bytes, or None where the OS does not say."""
+    """Return this machine's physical (host) memory in bytes, or None where the OS does not say."""
     try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+        memory = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, OSError, ValueError):  # no sysconf (Windows) or no such name
         return None
+    return memory if memory > 0 else None  # sysconf answers -1 for an indeterminate value
 
 
 def check_fits_in_memory(nbytes: float, asked: str, needed: str) -> None:
-    """Raise a ValueError when ``nbytes`` exceed this machine's physical memory.
+    """Raise a ValueError when ``nbytes`` exceed this machine's physical (host) memory.
 
     For sizes a user sets that allocate arrays in proportion (``sample(n_samples)``, the
     time steps of ``times``): an absurd value is refused with a message naming it, instead
     of XLA aborting the process or failing to allocate deep inside a program. Only what
     cannot fit at all is refused: the arrays named by ``needed`` alone are larger than the
-    memory (where the OS does not report it, nothing is checked).
+    memory (where the OS does not report it, nothing is checked). The results are NumPy
+    arrays, so host memory bounds them; an accelerator with less memory can still fail
+    to allocate below that.
 
     Parameters
     ----------

@@ -281,6 +281,7 @@ def test_sample_refuses_draws_larger_than_memory(X, monkeypatch):
     """sample(10**11) in R^4 used to abort the process inside XLA (a failed check, no
     exception); draws that cannot fit in memory are refused by name before any program."""
     model = small().fit(X)
+    monkeypatch.setattr(_base, "physical_memory", lambda: 2**40)  # 1 TiB
     with pytest.raises(ValueError, match=r"^n_samples=100000000000 needs 100,000,000,000 draws"):
         model.sample(10**11)
     # the limit is this machine's memory: 1 MiB holds 1,000 draws in R^4 (72 KB), not 10^5
