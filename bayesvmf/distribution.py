@@ -207,9 +207,12 @@ class VonMisesFisher(Distribution):
                 if name == "concentration":  # kappa = inf is a point mass: no density
                     valid = valid & np.isfinite(value)
                 if not np.all(valid):
+                    got = ""
+                    if name == "concentration":  # (a bad loc is a vector: the text says why)
+                        got = f"; got {float(np.broadcast_to(value, valid.shape)[~valid][0])}"
                     raise ValueError(
                         f"{type(self).__name__} distribution got invalid {name} parameter: "
-                        f"{self._constraint_text[name]}"
+                        f"{self._constraint_text[name]}{got}"
                     )
 
     _constraint_text = {

@@ -724,7 +724,7 @@ def test_invalid_loc_norm_with_validate_args():
 def test_negative_nan_or_infinite_concentration_with_validate_args(kappa):
     # kappa = inf (a point mass, no density) passed NumPyro's nonnegative constraint and
     # gave log_prob NaN
-    message = "concentration must be finite and >= 0"
+    message = rf"concentration must be finite and >= 0 \(and not NaN\); got {kappa}$"
     with pytest.raises(ValueError, match=f"got invalid concentration parameter: {message}"):
         VonMisesFisher(unit_basis(3), jnp.array([1.0, kappa]), validate_args=True)
 
