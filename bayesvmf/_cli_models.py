@@ -237,7 +237,9 @@ def _out_dir(args) -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise CommandError(f"--out {out}: cannot create the folder ({exc.strerror})") from exc
+        raise CommandError(
+            f"--out {out}: cannot create the folder ({exc.strerror or exc})"
+        ) from exc
     if not os.access(out, os.W_OK | os.X_OK):
         raise CommandError(f"--out {out}: the folder is not writable")
     return out

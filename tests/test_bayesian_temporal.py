@@ -110,8 +110,8 @@ def test_estimator_validates_times(fitted, data):
         match=r"'C0' parameter of TemporalVMFMixture must be a float in the range \(0.0, inf\)",
     ):
         TemporalVMFMixture(K, C0=-1.0).fit(X, times)
-    # every step from 0 to max(times) is fitted: a time of 10^12 asked for ~70 TB inside a
-    # program (a JAX out-of-memory error); it is refused by name, before the fit
+    # every step from 0 to max(times) is fitted: a time of 10^12 asked XLA for terabytes
+    # inside a program (80 TB at K = 2, d = 5); it is refused by name, before the fit
     far = times.copy()
     far[5] = 10**12
     with pytest.raises(ValueError, match=r"^times up to 1000000000000 needs 1,000,000,000,001 "):

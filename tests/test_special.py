@@ -278,7 +278,7 @@ def test_kappa_from_rbar_float32_near_one(d):
     """float32 rbar close to 1 (kappa >> d): the root and its gradient to float32 accuracy.
 
     The Newton slope A' cancels there; in float32 it was noise, and the returned kappa was
-    off by up to 6x (d = 3, 1 - rbar = 1e-6) and its gradient by 5x. The reference is the
+    off by up to 6.2x (d = 2, 1 - rbar = 7.2e-6) and its gradient by 5x. The reference is the
     float64 residual at the float32 input: 1 - rbar is exact in float64 (Sterbenz), and kappa
     is well conditioned in it (relative to relative, about 1), so 1 - A_d(kappa) matches
     1 - rbar to the float32 accuracy of 1 - A (1e-4, test_float32) and kappa with it.

@@ -362,7 +362,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         n_times, d = int(t.max()) + 1, Xc.shape[1]
         check_fits_in_memory(
             3 * 8.0 * n_times * int(self.n_components) * d,
-            f"times up to {n_times - 1}",
+            f"times up to {n_times - 1}",  # (given as y or times: the other messages' name)
             f"{n_times:,} time steps of {self.n_components} means in R^{d} (three float64 "
             "arrays: every step from 0 is fitted, rows or none)",
         )
