@@ -473,15 +473,18 @@ def kl_divergence(p, q):  # noqa: F811
     from :math:`E_p[\log p] = \log C_d(\kappa_p) + \kappa_p A_d(\kappa_p)` and
     :math:`E_p[\log q] = \log C_d(\kappa_q) + \kappa_q A_d(\kappa_p)\mu_q^\top \mu_p`. The
     bracket is evaluated as :math:`(\kappa_p - \kappa_q) + \kappa_q \lVert \mu_p - \mu_q
-    \rVert^2 / 2`, which is exactly zero for p = q.
+    \rVert^2 / 2`, which is exactly zero for p = q, and the log normalisers relative to the
+    uniform's (:func:`bayesvmf.special.log_vmf_normalizer_ratio`), whose terms of size
+    :math:`\nu\log\nu` cancel analytically (two float32 log normalisers of size 2,000
+    at d = 1000 left 1.5e-3 relative error in a divergence of 0.04).
     """
     _check_same_dimension(p, q)
     d = p.dimension
     kappa_p, kappa_q = p.concentration, q.concentration
     half_sq_dist = 0.5 * jnp.sum((p.loc - q.loc) ** 2, axis=-1)  # 1 - mu_q . mu_p
     return (
-        special.log_vmf_normalizer(d, kappa_p)
-        - special.log_vmf_normalizer(d, kappa_q)
+        special.log_vmf_normalizer_ratio(d, kappa_p)
+        - special.log_vmf_normalizer_ratio(d, kappa_q)
         + special.mean_resultant_length(d, kappa_p) * ((kappa_p - kappa_q) + kappa_q * half_sq_dist)
     )
 
@@ -490,15 +493,13 @@ def kl_divergence(p, q):  # noqa: F811
 def kl_divergence(p, q):  # noqa: F811
     r"""KL(vMF || uniform) :math:`= \log C_d(\kappa) - \log C_d(0) + \kappa A_d(\kappa)`.
 
-    :math:`\log C_d(0) = -\log|S^{d-1}|`; it is evaluated by the same function as
-    :math:`\log C_d(\kappa)`, so the divergence is exactly zero at :math:`\kappa = 0`.
+    :math:`\log C_d(0) = -\log|S^{d-1}|`; the difference is
+    :func:`bayesvmf.special.log_vmf_normalizer_ratio`, exactly zero at :math:`\kappa = 0`.
     """
     _check_same_dimension(p, q)
     d, kappa = p.dimension, p.concentration
-    return (
-        special.log_vmf_normalizer(d, kappa)
-        - special.log_vmf_normalizer(d, jnp.zeros_like(kappa))
-        + kappa * special.mean_resultant_length(d, kappa)
+    return special.log_vmf_normalizer_ratio(d, kappa) + kappa * special.mean_resultant_length(
+        d, kappa
     )
 
 
@@ -507,9 +508,7 @@ def kl_divergence(p, q):  # noqa: F811
     r"""KL(uniform || vMF) :math:`= \log C_d(0) - \log C_d(\kappa)` (the uniform has E[x] = 0)."""
     _check_same_dimension(p, q)
     d, kappa = q.dimension, q.concentration
-    return special.log_vmf_normalizer(d, jnp.zeros_like(kappa)) - special.log_vmf_normalizer(
-        d, kappa
-    )
+    return -special.log_vmf_normalizer_ratio(d, kappa)
 
 
 @dispatch(SphericalUniform, SphericalUniform)
