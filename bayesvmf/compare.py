@@ -376,6 +376,7 @@ def compare(
                 f"y_test must have one label per test row, shape ({Xte.shape[0]},); got "
                 f"shape {y_test.shape}"
             )
+        y_test = metrics.check_labels(y_test, "y_test")  # a NaN label: before any fit
     for name, est in zip(names, templates, strict=True):
         for method in ("fit", "score_samples"):
             if not callable(getattr(est, method, None)):
@@ -408,7 +409,10 @@ def compare(
                 start = time.perf_counter()
                 model.fit(Xtr)
                 fit_time[i, j] = time.perf_counter() - start
-                log_lik[i, j] = metrics.held_out_log_likelihood(model, Xte)
+                try:
+                    log_lik[i, j] = metrics.held_out_log_likelihood(model, Xte)
+                except ValueError as exc:  # (a NaN score was ranked by argmax before)
+                    raise ValueError(f"model {names[i]!r}, seed {seed}: {exc}") from exc
                 if y_test is not None:
                     predicted = np.asarray(model.predict(Xte))
                     nmi[i, j] = metrics.normalized_mutual_info(y_test, predicted)

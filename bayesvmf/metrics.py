@@ -24,6 +24,7 @@ __all__ = [
     "purity",
     "macro_f1",
     "clustering_scores",
+    "check_labels",
 ]
 
 
@@ -40,9 +41,43 @@ def held_out_log_likelihood(model, X, *, per_sample: bool = True) -> float:
     Returns
     -------
     float
+
+    Raises
+    ------
+    ValueError
+        If X has no rows, or ``score_samples`` gives NaN for a row.
     """
     log_p = np.asarray(model.score_samples(X), np.float64)
+    if log_p.size == 0:
+        raise ValueError("X has no rows: a held-out log-likelihood needs at least one.")
+    if np.isnan(log_p).any():  # a mean would hide it (and a comparison would rank it)
+        row = int(np.flatnonzero(np.isnan(log_p))[0])
+        raise ValueError(
+            f"{type(model).__name__}.score_samples gave NaN for row {row} of X (of "
+            f"{int(np.isnan(log_p).sum())} rows): the model's parameters are not finite."
+        )
     return float(log_p.mean() if per_sample else log_p.sum())
+
+
+def check_labels(y, name: str) -> np.ndarray:
+    """Return labels ``y`` as a 1-D array; refuse an empty one or a NaN label, naming ``name``.
+
+    A NaN label was counted as a class of its own by ``purity`` and ``macro_f1``.
+    """
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"{name} must be 1-D; got shape {y.shape}.")
+    if y.size == 0:
+        raise ValueError(f"{name} is empty: need at least one label.")
+    if y.dtype.kind == "f":
+        missing = np.flatnonzero(np.isnan(y))
+    elif y.dtype.kind == "O":
+        missing = [i for i, v in enumerate(y) if isinstance(v, float) and v != v]
+    else:
+        missing = []
+    if len(missing):
+        raise ValueError(f"{name} has a NaN label in row {int(missing[0])}.")
+    return y
 
 
 def _labels(y_true, y_pred):
@@ -52,7 +87,7 @@ def _labels(y_true, y_pred):
             f"y_true and y_pred must be 1-D of the same length; got {y_true.shape} and "
             f"{y_pred.shape}."
         )
-    return y_true, y_pred
+    return check_labels(y_true, "y_true"), check_labels(y_pred, "y_pred")
 
 
 def adjusted_rand(y_true, y_pred) -> float:

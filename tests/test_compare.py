@@ -184,6 +184,30 @@ def test_bad_arguments(blobs):
         bad = X_test.copy()
         bad[0, 0] = np.nan
         compare(models, X_train, bad)
+    # a NaN label is refused before any fit (sklearn's bare message came after every fit)
+    labels = y_test.astype(float)
+    labels[7] = np.nan
+    with pytest.raises(ValueError, match=r"^y_test has a NaN label in row 7\.$"):
+        compare({"a": Unfittable()}, X_train, X_test, labels)
+
+
+class Unfittable(Recorder):
+    def fit(self, X):
+        raise AssertionError("compare fitted before checking its arguments")
+
+
+class NaNScores(Recorder):
+    def score_samples(self, X):
+        return np.full(X.shape[0], np.nan)
+
+
+def test_a_nan_score_is_refused_not_ranked(blobs):
+    """A model scoring NaN was kept, and argmax ranked it best."""
+    X_train, X_test, _ = blobs
+    models = {"fine": Recorder(), "broken": NaNScores()}
+    message = r"^model 'broken', seed 0: NaNScores\.score_samples gave NaN for row 0 of X"
+    with pytest.raises(ValueError, match=message):
+        compare(models, X_train, X_test, seeds=[0, 1])
 
 
 # ---- init labels in SparseVMFMixture ---------------------------------------------------------

@@ -30,6 +30,22 @@ def test_scores_are_permutation_invariant(rng):
 def test_bad_labels():
     with pytest.raises(ValueError, match="same length"):
         metrics.adjusted_rand([0, 1], [0, 1, 1])
+    # empty labels scored 1.0 (ARI, NMI) or failed inside NumPy; a NaN label was a class of
+    # its own for purity and macro-F1
+    for score in (
+        metrics.adjusted_rand,
+        metrics.normalized_mutual_info,
+        metrics.purity,
+        metrics.macro_f1,
+        metrics.clustering_scores,
+    ):
+        with pytest.raises(ValueError, match="^y_true is empty: need at least one label"):
+            score([], [])
+        with pytest.raises(ValueError, match=r"^y_true has a NaN label in row 2\."):
+            score([0, 1, np.nan], [0, 1, 1])
+        with pytest.raises(ValueError, match=r"^y_pred has a NaN label in row 0\."):
+            score(["a", "b"], np.array([np.nan, "x"], dtype=object))
+    assert metrics.check_labels(["a", "b"], "y").tolist() == ["a", "b"]
 
 
 def test_held_out_log_likelihood_uses_score_samples():
@@ -40,3 +56,8 @@ def test_held_out_log_likelihood_uses_score_samples():
     X = np.array([[1.0], [2.0], [6.0]])
     assert metrics.held_out_log_likelihood(_M(), X) == 3.0
     assert metrics.held_out_log_likelihood(_M(), X, per_sample=False) == 9.0
+    # a NaN score (a model with NaN parameters) was averaged into NaN silently
+    with pytest.raises(ValueError, match=r"^_M\.score_samples gave NaN for row 1 of X \(of 1"):
+        metrics.held_out_log_likelihood(_M(), np.array([[1.0], [np.nan], [6.0]]))
+    with pytest.raises(ValueError, match="^X has no rows"):
+        metrics.held_out_log_likelihood(_M(), np.zeros((0, 1)))
