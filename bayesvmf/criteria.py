@@ -31,6 +31,7 @@ References
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -61,7 +62,7 @@ def penalty_coefficient(name: str, n_samples: int, n_features: int, gamma: float
     n_features : int
         d, the dimension.
     gamma : float, default 0.5
-        The EBIC parameter (0.5 as recommended by Chen and Chen and used in [1]_).
+        The EBIC parameter, in [0, 1] (0.5 as recommended by Chen and Chen and used in [1]_).
 
     Returns
     -------
@@ -74,6 +75,12 @@ def penalty_coefficient(name: str, n_samples: int, n_features: int, gamma: float
         raise ValueError(
             f"criteria need n_samples >= 1 and n_features >= 2; got {n_samples}, {n_features}."
         )
+    if key == "ebic" and not (
+        isinstance(gamma, numbers.Real)
+        and not isinstance(gamma, bool)
+        and 0.0 <= float(gamma) <= 1.0
+    ):  # (NaN gave NaN criteria, and a best model picked from them silently)
+        raise ValueError(f"gamma must be a number in [0, 1] (EBIC); got {gamma!r}.")
     log_n, log_d = math.log(n_samples), math.log(n_features)
     if key == "aic":
         return 2.0

@@ -47,6 +47,12 @@ def test_errors():
         criteria.penalty_coefficient("hqc", 10, 10)
     with pytest.raises(ValueError, match=r"mean_directions must be 2-D; got shape \(3,\)."):
         criteria.n_parameters(np.ones(3))
+    # EBIC's gamma: NaN gave NaN criteria (and a silent pick of the first model), "x" a
+    # TypeError from inside the arithmetic
+    for gamma in (np.nan, -1.0, 2.0, "x", True):
+        with pytest.raises(ValueError, match=r"^gamma must be a number in \[0, 1\] \(EBIC\)"):
+            criteria.penalty_coefficient("ebic", 10, 10, gamma=gamma)
+    assert criteria.penalty_coefficient("ebic", 10, 10, gamma=1) == pytest.approx(3 * np.log(10))
 
 
 def test_vectorised_over_a_path():
