@@ -470,6 +470,24 @@ def test_select_sparse_model(small):
     assert sel.n_components == 3  # three well-separated blobs
 
 
+@pytest.mark.parametrize(
+    ("n_components", "error", "message"),
+    [
+        (2, TypeError, "n_components must be an iterable of candidate K"),
+        (None, TypeError, "n_components must be an iterable of candidate K"),
+        ("23", TypeError, "n_components must be an iterable of candidate K"),
+        ([2.7], ValueError, r"n_components must hold ints >= 1; got 2\.7 in \[2\.7\]"),
+        ([2, np.nan], ValueError, "n_components must hold ints >= 1; got nan"),
+        ([0], ValueError, r"n_components must hold ints >= 1; got 0 in \[0\]"),
+        ([True], ValueError, "n_components must hold ints >= 1; got True"),
+    ],
+)
+def test_select_sparse_model_checks_the_candidates(small, n_components, error, message):
+    # ([2.7] was truncated to K = 2; the others failed inside int() without a name)
+    with pytest.raises(error, match=message):
+        select_sparse_model(small[0], n_components)
+
+
 # ---- reproduction and simulation (slow) ----------------------------------------------------
 
 

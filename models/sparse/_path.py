@@ -13,6 +13,7 @@ References
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 import numpy as np
 
@@ -207,6 +208,24 @@ class SparseSelection:
     beta_criterion: str
 
 
+def _check_candidates(n_components) -> list[int]:
+    """Return the candidate K as ints >= 1, refusing anything else by name.
+
+    (``[2.7]`` was truncated to K = 2; an int, None, strings and NaN failed inside ``int``.)
+    """
+    message = f"n_components must be an iterable of candidate K (ints >= 1); got {n_components!r}"
+    if isinstance(n_components, str | bytes | numbers.Number) or n_components is None:
+        raise TypeError(message)
+    try:
+        values = list(n_components)
+    except TypeError:
+        raise TypeError(message) from None
+    for k in values:
+        if isinstance(k, bool | np.bool_) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"n_components must hold ints >= 1; got {k!r} in {values!r}")
+    return [int(k) for k in values]
+
+
 def select_sparse_model(
     X,
     n_components,
@@ -243,7 +262,7 @@ def select_sparse_model(
             raise ValueError(
                 f"unknown criterion {name!r}; expected one of {', '.join(criteria.CRITERIA)}."
             )
-    candidates = [int(k) for k in n_components]
+    candidates = _check_candidates(n_components)
     if not candidates:
         raise ValueError("n_components must hold at least one candidate K.")
     paths = {}
