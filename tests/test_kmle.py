@@ -525,6 +525,20 @@ def test_cauchy_schwarz_errors(fitted3):
         cauchy_schwarz_divergence(low, low)
     with pytest.raises(NotFittedError, match="This KMLEMixture instance is not fitted yet"):
         cauchy_schwarz_divergence(fitted3, KMLEMixture())
+    # a NaN weight gave a NaN divergence; None, another estimator and empty lists raised
+    # AttributeError / IndexError from inside
+    broken = copy.copy(fitted3)
+    broken.weights_ = np.array([np.nan, 0.5, 0.5])
+    with pytest.raises(
+        ValueError, match=r"^mixture 1 has a parameter that is not finite \(weights_\)"
+    ):
+        cauchy_schwarz_divergence(fitted3, broken)
+    with pytest.raises(TypeError, match="^the Cauchy-Schwarz divergence is between KMLEMixture"):
+        cauchy_schwarz_divergence(fitted3, None)
+    with pytest.raises(ValueError, match="^mixtures_a is empty: need at least one fitted mixture"):
+        kmle.cauchy_schwarz_matrix([])
+    with pytest.raises(ValueError, match="^mixtures_b is empty: need at least one fitted mixture"):
+        kmle.cauchy_schwarz_matrix([fitted3], [])
 
 
 def test_cauchy_schwarz_inner_product_matches_monte_carlo(three_clusters, fitted3):

@@ -90,8 +90,18 @@ def _log_vmf_normalizer(d, kappa):
 
 
 def _check_same_family(mixtures):
-    for m in mixtures:
+    """Check fitted KMLEMixture objects with finite parameters, of one family and dimension."""
+    for i, m in enumerate(mixtures):
+        if not isinstance(m, KMLEMixture):
+            raise TypeError(
+                f"the Cauchy-Schwarz divergence is between KMLEMixture models; mixture {i} "
+                f"is a {type(m).__name__}"
+            )
         m._check_is_fitted()
+        arrays = {"weights_": m.weights_, **m._params._asdict()}
+        for name, value in arrays.items():  # (a NaN weight gave a NaN divergence silently)
+            if not np.all(np.isfinite(np.asarray(value))):
+                raise ValueError(f"mixture {i} has a parameter that is not finite ({name})")
     first = mixtures[0]
     for m in mixtures[1:]:
         if m.family != first.family:
@@ -168,8 +178,11 @@ def cauchy_schwarz_divergence(a: KMLEMixture, b: KMLEMixture) -> float:
 
     Raises
     ------
+    TypeError
+        If ``a`` or ``b`` is not a :class:`KMLEMixture`.
     ValueError
-        Different families or dimensions, or a divergent integral.
+        Different families or dimensions, weights that are not finite, or a divergent
+        integral.
 
     Examples
     --------
@@ -198,6 +211,9 @@ def cauchy_schwarz_matrix(mixtures_a, mixtures_b=None):
     """
     mixtures_a = list(mixtures_a)
     mixtures_b = mixtures_a if mixtures_b is None else list(mixtures_b)
+    for name, mixtures in (("mixtures_a", mixtures_a), ("mixtures_b", mixtures_b)):
+        if not mixtures:
+            raise ValueError(f"{name} is empty: need at least one fitted mixture")
     _check_same_family(mixtures_a + mixtures_b)
     self_a = _log_self_inner(mixtures_a)
     self_b = self_a if mixtures_b is mixtures_a else _log_self_inner(mixtures_b)
