@@ -43,6 +43,29 @@ __all__ = [
 
 #: Arrays of a ``scipy.sparse.save_npz`` file.
 _SPARSE_KEYS = {"format", "shape", "data"}
+
+
+def _open_npz(path):
+    """Open a chunk file with ``np.load`` (no pickle), refusing what is not an .npz archive.
+
+    A bare ``.npy`` array, a damaged file or a path of another type raised NumPy's own
+    errors (a context-manager TypeError, advice to unpickle), without the file's name.
+    """
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"a chunk file must be a str or os.PathLike path; got {path!r}")
+    name = os.fspath(path)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise ValueError(f"chunk file {name!r} is not a readable .npz archive ({exc})") from exc
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ValueError(
+            f"chunk file {name!r} holds one bare array (.npy): chunks are .npz archives "
+            "(numpy.savez, scipy.sparse.save_npz or save_document_chunk)"
+        )
+    return loaded
+
+
 #: Arrays of a document chunk (:func:`save_document_chunk`); ``weights`` is optional.
 _DOCUMENT_KEYS = {"X", "lengths"}
 
@@ -65,7 +88,7 @@ def load_chunk(path) -> np.ndarray | sp.csr_matrix:
     ValueError
         If the file holds neither a sparse matrix nor one array (nor an array ``X``).
     """
-    with np.load(path, allow_pickle=False) as npz:
+    with _open_npz(path) as npz:
         keys = set(npz.files)
         if _SPARSE_KEYS <= keys:
             return sp.csr_matrix(sp.load_npz(path))
@@ -91,7 +114,7 @@ def chunk_rows(path) -> int:
     -------
     int
     """
-    with np.load(path, allow_pickle=False) as npz:
+    with _open_npz(path) as npz:
         keys = set(npz.files)
         if _SPARSE_KEYS <= keys:
             return int(npz["shape"][0])
@@ -146,8 +169,9 @@ def iter_chunks(paths: Iterable, normalize: bool = True) -> Iterator:
     """
     n_features = None
     for path in paths:
+        loaded = load_chunk(path)  # (checks the path first)
         name = os.fspath(path)
-        chunk = check_directional(load_chunk(path), normalize=normalize, name=f"chunk {name!r}")
+        chunk = check_directional(loaded, normalize=normalize, name=f"chunk {name!r}")
         if n_features is None:
             n_features = chunk.shape[1]
         elif chunk.shape[1] != n_features:
@@ -227,7 +251,7 @@ def load_document_chunk(path) -> tuple[list[np.ndarray], list[np.ndarray] | None
         If the file is not a document chunk, or its ``lengths`` do not split ``X``.
     """
     name = os.fspath(path)
-    with np.load(path, allow_pickle=False) as npz:
+    with _open_npz(path) as npz:
         keys = set(npz.files)
         if not _DOCUMENT_KEYS <= keys or not keys <= _DOCUMENT_KEYS | {"weights"}:
             raise ValueError(
@@ -262,7 +286,7 @@ def load_document_chunk(path) -> tuple[list[np.ndarray], list[np.ndarray] | None
 
 def chunk_documents(path) -> int:
     """Return the number of documents of a document chunk, read from its header."""
-    with np.load(path, allow_pickle=False) as npz:
+    with _open_npz(path) as npz:
         keys = set(npz.files)
     if "lengths" not in keys:
         load_document_chunk(path)  # raises the error that names the file and its arrays
@@ -308,9 +332,20 @@ def fit_streaming(model, paths, n_epochs: int = 1, normalize: bool = True):
     Returns
     -------
     model
+
+    Raises
+    ------
+    TypeError, ValueError
+        For ``paths`` given as one path, a missing file (FileNotFoundError, an OSError) or
+        a file that is not a chunk, before any chunk is fitted (every file's header is read
+        first); for a chunk whose values are refused (a NaN, an all-zero row, other
+        columns) when it is reached: the chunks before it stay fitted, as with
+        ``partial_fit`` called by hand.
     """
     if isinstance(n_epochs, bool) or not isinstance(n_epochs, int | np.integer) or n_epochs < 1:
         raise ValueError(f"n_epochs must be an int >= 1; got {n_epochs!r}.")
+    if isinstance(paths, str | os.PathLike):  # (one path was iterated by character)
+        raise TypeError(f"paths must be a sequence of chunk files, not one path: {paths!r}")
     paths = list(paths)
     if not paths:
         raise ValueError("paths holds no chunk file.")

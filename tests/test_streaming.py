@@ -151,6 +151,19 @@ def test_iter_chunks_checks_files(tmp_path):
         list(iter_chunks([zero]))
     with pytest.raises(ValueError, match="good.npz'.*row 0"):
         list(iter_chunks([good], normalize=False))
+    # what is not an .npz archive is refused by name (NumPy's own errors before: a
+    # context-manager TypeError for .npy, advice to unpickle a damaged file)
+    bare = tmp_path / "bare.npy"
+    np.save(bare, np.ones((2, 2)))
+    damaged = tmp_path / "damaged.npz"
+    damaged.write_bytes(b"not an archive")
+    for reader in (chunk_rows, lambda path: list(iter_chunks([path]))):
+        with pytest.raises(ValueError, match=r"bare.npy' holds one bare array \(\.npy\)"):
+            reader(bare)
+        with pytest.raises(ValueError, match="damaged.npz' is not a readable .npz archive"):
+            reader(damaged)
+        with pytest.raises(TypeError, match="a chunk file must be a str or os.PathLike path"):
+            reader(3)
 
 
 def test_streaming_argument_errors(corpus, fits):
@@ -160,6 +173,9 @@ def test_streaming_argument_errors(corpus, fits):
         fit_streaming(SparseVMFMixture(K), paths, n_epochs=0)
     with pytest.raises(ValueError, match="paths holds no chunk file"):
         fit_streaming(SparseVMFMixture(K), [])
+    # one path string was iterated by character (IsADirectoryError on "/")
+    with pytest.raises(TypeError, match="paths must be a sequence of chunk files, not one path"):
+        fit_streaming(SparseVMFMixture(K), str(paths[0]))
     with pytest.raises(ValueError, match="n_samples must be None or an int >= 1; got 0"):
         stream.partial_fit(X[:10], n_samples=0)
     with pytest.raises(ValueError, match="X has 3 features, but SparseVMFMixture is expecting"):
