@@ -20,6 +20,7 @@ from scipy.stats import chisquare, lognorm
 from bayesvmf import make_vmf_mixture
 from bayesvmf._data import to_device
 from bayesvmf._mixture import TRACE_COUNTS
+from bayesvmf.exceptions import NotFittedError
 from bayesvmf.models.bayesian import _gibbs as gb
 from bayesvmf.models.bayesian import _gibbs_kernel as gk
 from bayesvmf.models.bayesian._kappa import Priors
@@ -472,6 +473,16 @@ def test_estimator_gibbs_round_trip(problem, runs, tmp_path):
     loaded = load(tmp_path / "gibbs.npz")
     np.testing.assert_array_equal(loaded.score_samples(X[:6]), scores)
     assert loaded.to_arviz().posterior["kappa"].dims == ("chain", "draw", "component")
+    # inference changed after the fit: the VI attributes are missing (an AttributeError
+    # from inside before), or left by an older fit; the model says to refit
+    assert model.inference_ == loaded.inference_ == "gibbs"
+    loaded.set_params(inference="vi")
+    message = "was fitted with inference='gibbs', but inference is now 'vi': fit it again"
+    for method in (loaded.score_samples, loaded.predict):
+        with pytest.raises(NotFittedError, match=message):
+            method(X[:6])
+    with pytest.raises(NotFittedError, match=message):
+        loaded.to_arviz()
 
 
 def test_gibbs_agrees_with_variational_inference(fitted, problem):

@@ -19,7 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _blocks, _guards, _mixture, _seeding
 from bayesvmf._base import RANDOM_STATE, STREAM_CONSTRAINTS, StreamingMixin
-from bayesvmf.exceptions import ConvergenceWarning
+from bayesvmf.exceptions import ConvergenceWarning, NotFittedError
 from bayesvmf.models.bayesian import _bvmf_stream, _kappa
 from bayesvmf.models.bayesian._bvmf_posterior import kappa_draws, vi_to_arviz
 from bayesvmf.models.bayesian._bvmf_vi import (
@@ -195,6 +195,10 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
     lower_bound_ : float
     n_iter_ : int
     converged_ : bool
+    inference_ : {"vi", "gibbs"}
+        The inference of the fit (``partial_fit``: "vi"). After ``set_params`` changes
+        ``inference``, the model refuses to predict (``NotFittedError``) until it is fitted
+        again.
     run_lower_bounds_ : ndarray of shape (n_init,)
     n_samples_seen_, n_steps_ : int
         VI fits: rows seen (of the fit and of the :meth:`partial_fit` chunks since) and
@@ -287,6 +291,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         "gibbs_accept_rate_",
         "gibbs_priors_",
         "rhat_kappa_",
+        "inference_",
     )
 
     def __init__(
@@ -472,9 +477,27 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
             from bayesvmf.models.bayesian import _gibbs
 
             diag, n_bad = _gibbs.fit_gibbs(self, data, keys.fit, priors, labels)
+            self.inference_ = "gibbs"
             self._report_guards(diag, n_bad, int(self.num_chains), stacklevel=4)
             return
         self._fit_vi(data, keys, priors, statistics)
+        self.inference_ = "vi"
+
+    def _check_is_fitted(self) -> None:
+        """Refuse an unfitted model, and one whose ``inference`` changed since its fit.
+
+        A VI fit and a Gibbs fit keep different attributes (and a later fit of the other
+        kind does not remove them): after ``set_params(inference=...)`` the predictions
+        read attributes that are missing (an AttributeError) or left by an older fit.
+        """
+        super()._check_is_fitted()
+        fitted = getattr(self, "inference_", None)  # (None: a file saved before it)
+        if fitted is not None and fitted != self.inference:
+            raise NotFittedError(
+                f"This {type(self).__name__} was fitted with inference={fitted!r}, but "
+                f"inference is now {self.inference!r}: fit it again, or set inference back "
+                f"to {fitted!r}."
+            )
 
     def _fit_vi(self, data, keys: FitKeys, priors: Priors, statistics) -> None:
         resultant, resp_sum = statistics

@@ -65,6 +65,7 @@ def partial_fit(model, X, n_samples):
         )
         model._stream_commit(online, step.n_seen, step.n_steps)
         model._set_posterior(online, accept, jax.random.fold_in(key, step.n_steps))
+    model.inference_ = "vi"
     model.lower_bound_ = float(bound)
     model.lower_bounds_ = np.append(model.lower_bounds_, model.lower_bound_)
     model.n_iter_ += 1
