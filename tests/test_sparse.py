@@ -431,6 +431,15 @@ def test_path_criteria_and_best(small_path):
     assert best.score(X) * n == pytest.approx(path.log_likelihood[i], rel=1e-10)
     with pytest.raises(ValueError, match="unknown criterion 'foo'"):
         path.criterion("foo")
+    # points by index as in a list; out of range or not an int: named (NumPy's before)
+    np.testing.assert_array_equal(
+        path.model_at(-1).mean_directions_, path.mean_directions[len(path) - 1]
+    )
+    with pytest.raises(IndexError, match=f"^i={len(path)} is outside the path's {len(path)}"):
+        path.model_at(len(path))
+    for bad in (1.5, "0", True):
+        with pytest.raises(TypeError, match="^i must be an int"):
+            path.model_at(bad)
 
 
 def test_warm_start_equals_restart_from_dense_solution(small_path):

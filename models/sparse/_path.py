@@ -162,7 +162,18 @@ class SparsePath:
         return self.model_at(i)
 
     def model_at(self, i: int) -> SparseVMFMixture:
-        """Return a fitted :class:`SparseVMFMixture` holding the parameters of point ``i``."""
+        """Return a fitted :class:`SparseVMFMixture` holding the parameters of point ``i``.
+
+        ``i`` counts from 0 (negative values from the end, as in a list); another type or a
+        point outside the path is a TypeError or IndexError naming ``i`` and the path's
+        length (NumPy's indexing errors before).
+        """
+        n_points = len(self.betas)
+        if isinstance(i, bool | np.bool_) or not isinstance(i, numbers.Integral):
+            raise TypeError(f"i must be an int (a point of the path); got {i!r}")
+        if not -n_points <= i < n_points:
+            raise IndexError(f"i={i} is outside the path's {n_points} points")
+        i = int(i) % n_points
         model = SparseVMFMixture(**{**self.estimator_params, "beta": float(self.betas[i])})
         model.weights_ = self.weights[i].copy()
         model.mean_directions_ = self.mean_directions[i].copy()
