@@ -109,6 +109,13 @@ def seed_from(random_state) -> int | jax.Array:
         return int(random_state.integers(np.iinfo(np.int32).max))
     if isinstance(random_state, jax.Array):
         return random_state
+    if not isinstance(random_state, numbers.Integral):
+        # the estimators' parameter validation refuses these at fit; method arguments such
+        # as sample(random_state=...) come here directly (int("x") named nothing)
+        raise ValueError(
+            "random_state must be None, an int, a numpy RandomState or Generator, or a JAX "
+            f"key; got {random_state!r}"
+        )
     return int(random_state)
 
 

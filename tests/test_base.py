@@ -271,6 +271,8 @@ def test_sample_reproducible(X):
     c, _ = model.sample(7, random_state=1)
     assert not np.array_equal(a, c)
     np.testing.assert_array_equal(c, model.sample(7, random_state=1)[0])
+    with pytest.raises(ValueError, match="^random_state must be None, an int, a numpy Random"):
+        model.sample(7, random_state="x")  # (int("x") named nothing)
     d, _ = model.sample(7, random_state=np.random.default_rng(2))
     np.testing.assert_array_equal(d, model.sample(7, random_state=np.random.default_rng(2))[0])
     with pytest.raises(ValueError, match=r"^n_samples must be an int >= 1; got 0\.$"):
