@@ -321,6 +321,8 @@ def test_top_items(planted_fit):
     assert all(abs(t[0][1] - 1.0) < 1e-12 for t in top)
     with pytest.raises(ValueError, match=r"vocabulary must have shape \(V, 30\)"):
         planted_fit.top_items(np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"^n must be an int >= 1; got -1\.$"):
+        planted_fit.top_items(vocab, n=-1)  # (dropped the last item silently)
 
 
 def test_save_load_round_trip(planted_data, planted_fit, tmp_path):

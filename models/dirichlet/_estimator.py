@@ -22,7 +22,13 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _arviz, _blocks, _guards, _mixture
-from bayesvmf._base import RANDOM_STATE, STREAM_CONSTRAINTS, BaseVMFEstimator, StreamingMixin
+from bayesvmf._base import (
+    RANDOM_STATE,
+    STREAM_CONSTRAINTS,
+    BaseVMFEstimator,
+    StreamingMixin,
+    check_count,
+)
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.dirichlet import _degeneracy
 from bayesvmf.models.dirichlet._corpus import (
@@ -714,7 +720,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         ----------
         vocabulary : array-like of shape (V, d)
             Item vectors (normalised here; zero rows never rank).
-        n : int, default=10
+        n : int >= 1, default=10
         labels : sequence of length V, optional
             Item names; by default the row indices.
 
@@ -723,6 +729,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         list of K lists of (label, cosine) pairs, best first.
         """
         self._check_is_fitted()
+        n = check_count(n, "n")  # (n = -1 dropped the last item silently)
         V = np.asarray(vocabulary, dtype=np.float64)
         if V.ndim != 2 or V.shape[1] != self.mean_directions_.shape[1]:
             raise ValueError(
