@@ -70,6 +70,7 @@ __all__ = [
     "StreamingMixin",
     "check_count",
     "check_fits_in_memory",
+    "check_random_state",
     "make_key",
     "seed_from",
 ]
@@ -109,14 +110,23 @@ def seed_from(random_state) -> int | jax.Array:
         return int(random_state.integers(np.iinfo(np.int32).max))
     if isinstance(random_state, jax.Array):
         return random_state
-    if not isinstance(random_state, numbers.Integral):
-        # the estimators' parameter validation refuses these at fit; method arguments such
-        # as sample(random_state=...) come here directly (int("x") named nothing)
+    check_random_state(random_state)
+    return int(random_state)
+
+
+def check_random_state(random_state) -> None:
+    """Raise a ValueError naming ``random_state`` unless it is one of :func:`seed_from`'s types.
+
+    Checks without drawing from a NumPy generator. The estimators' parameter validation
+    refuses other values at fit; method arguments (``sample(random_state=...)``) come here
+    directly (``int("x")`` named nothing).
+    """
+    types_ = (numbers.Integral, np.random.RandomState, np.random.Generator, jax.Array)
+    if random_state is not None and not isinstance(random_state, types_):
         raise ValueError(
             "random_state must be None, an int, a numpy RandomState or Generator, or a JAX "
             f"key; got {random_state!r}"
         )
-    return int(random_state)
 
 
 def make_key(random_state) -> jax.Array:

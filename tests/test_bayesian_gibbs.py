@@ -476,6 +476,11 @@ def test_estimator_gibbs_round_trip(problem, runs, tmp_path):
     # inference changed after the fit: the VI attributes are missing (an AttributeError
     # from inside before), or left by an older fit; the model says to refit
     assert model.inference_ == loaded.inference_ == "gibbs"
+    # to_arviz's VI arguments do not apply to the chains, and were ignored whatever they held
+    with pytest.raises(ValueError, match=r"^num_draws must be an int >= 1; got -5\.$"):
+        model.to_arviz(num_draws=-5)
+    with pytest.raises(ValueError, match="^random_state must be None, an int, a numpy Random"):
+        model.to_arviz(random_state="bad")
     loaded.set_params(inference="vi")
     message = "was fitted with inference='gibbs', but inference is now 'vi': fit it again"
     for method in (loaded.score_samples, loaded.predict):

@@ -18,7 +18,13 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _blocks, _guards, _mixture, _seeding
-from bayesvmf._base import RANDOM_STATE, STREAM_CONSTRAINTS, StreamingMixin
+from bayesvmf._base import (
+    RANDOM_STATE,
+    STREAM_CONSTRAINTS,
+    StreamingMixin,
+    check_count,
+    check_random_state,
+)
 from bayesvmf.exceptions import ConvergenceWarning, NotFittedError
 from bayesvmf.models.bayesian import _bvmf_stream, _kappa
 from bayesvmf.models.bayesian._bvmf_posterior import kappa_draws, vi_to_arviz
@@ -799,13 +805,17 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         ----------
         num_draws : int, default 100
         random_state : None, int, numpy RandomState or Generator, or jax key, default 0
+            VI only (draws from q). A Gibbs fit returns its chains' own draws, so these
+            do not apply to it, and are still checked.
 
         Returns
         -------
         arviz.InferenceData
         """
         self._check_is_fitted()
-        if self.inference == "gibbs":
+        if self.inference == "gibbs":  # (any value was ignored before)
+            check_count(num_draws, "num_draws")
+            check_random_state(random_state)
             from bayesvmf.models.bayesian import _gibbs
 
             return _gibbs.gibbs_to_arviz(self)
