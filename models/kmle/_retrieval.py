@@ -113,9 +113,11 @@ def _check_same_family(mixtures):
     return first.family, first.n_features_in_
 
 
-def _log_cross_matrix(mixtures_a, mixtures_b):
-    """Return log int m_i m'_j for every pair: (len(a), len(b)), vectorised in blocks of rows."""
-    family, d = _check_same_family(list(mixtures_a) + list(mixtures_b))
+def _log_cross_matrix(mixtures_a, mixtures_b, family, d):
+    """Return log int m_i m'_j for every pair: (len(a), len(b)), vectorised in blocks of rows.
+
+    ``family`` and ``d`` as :func:`_check_same_family` returned them for all the mixtures.
+    """
     pa, log_wa = _stack_mixtures(mixtures_a)
     pb, log_wb = _stack_mixtures(mixtures_b)
     ka = log_wa.shape[1]
@@ -132,9 +134,8 @@ def _log_cross_matrix(mixtures_a, mixtures_b):
     return out
 
 
-def _log_self_inner(mixtures):
-    """Return log int m_i^2 for every mixture: (len(mixtures),)."""
-    family, d = _check_same_family(list(mixtures))
+def _log_self_inner(mixtures, family, d):
+    """Return log int m_i^2 for every mixture: (len(mixtures),) (``family``, ``d`` checked)."""
     p, log_w = _stack_mixtures(mixtures)
     log_inner = _log_component_inner(
         family, d, {n: v[:, :, None] for n, v in p.items()}, {n: v[:, None] for n, v in p.items()}
@@ -214,10 +215,11 @@ def cauchy_schwarz_matrix(mixtures_a, mixtures_b=None):
     for name, mixtures in (("mixtures_a", mixtures_a), ("mixtures_b", mixtures_b)):
         if not mixtures:
             raise ValueError(f"{name} is empty: need at least one fitted mixture")
-    _check_same_family(mixtures_a + mixtures_b)
-    self_a = _log_self_inner(mixtures_a)
-    self_b = self_a if mixtures_b is mixtures_a else _log_self_inner(mixtures_b)
-    cross = _log_cross_matrix(mixtures_a, mixtures_b)
+    # checked once here (types, fitted, finite parameters, one family and dimension)
+    family, d = _check_same_family(mixtures_a + mixtures_b)
+    self_a = _log_self_inner(mixtures_a, family, d)
+    self_b = self_a if mixtures_b is mixtures_a else _log_self_inner(mixtures_b, family, d)
+    cross = _log_cross_matrix(mixtures_a, mixtures_b, family, d)
     return 0.5 * self_a[:, None] + 0.5 * self_b[None, :] - cross
 
 
