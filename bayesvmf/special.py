@@ -175,11 +175,10 @@ def _debye_sums(t, inv_nu):
     return total[..., 0], total[..., 1]
 
 
-def _debye(nu, x):
-    """Debye pieces at order nu >= 20: log I_nu(x), A = I_{nu+1}/I_nu, 1 - A, log C part.
+def _debye_variables(nu, x):
+    """Return z = x / nu, s = sqrt(1 + z^2), t = 1 / s and the Debye sums U - 1, W at nu.
 
-    Returns ``(log_iv, ratio, one_minus_ratio, log_normalizer_nu)`` where the last is
-    log C at the order nu (dimension 2 nu + 2) assembled without cancellation.
+    The common start of the Debye pieces below (t broadcast against an array of orders).
     """
     z = x / nu
     s = jnp.sqrt(1.0 + z * z)
@@ -187,7 +186,17 @@ def _debye(nu, x):
     inv_nu = 1.0 / nu
     if jnp.ndim(inv_nu) != 0:  # one order per argument
         t, inv_nu = jnp.broadcast_arrays(t, inv_nu)
-    big_u, big_w = _debye_sums(t, inv_nu)  # U - 1 and W
+    big_u, big_w = _debye_sums(t, inv_nu)
+    return z, s, t, big_u, big_w
+
+
+def _debye(nu, x):
+    """Debye pieces at order nu >= 20: log I_nu(x), A = I_{nu+1}/I_nu, 1 - A, log C part.
+
+    Returns ``(log_iv, ratio, one_minus_ratio, log_normalizer_nu)`` where the last is
+    log C at the order nu (dimension 2 nu + 2) assembled without cancellation.
+    """
+    z, s, t, big_u, big_w = _debye_variables(nu, x)
     log_u = jnp.log1p(big_u)
     w_over_u = big_w / (1.0 + big_u)
     # log I_nu(nu z) = -log(2 pi nu)/2 + nu eta - log(1 + z^2)/4 + log U, DLMF 10.41.3
@@ -221,13 +230,7 @@ def _debye_scaled(nu, x):
     :math:`\log z - \log(1+s) = -\mathrm{log1p}((1 + 1/(s+z))/z)`, so neither value is a
     difference of two terms of size x (they are of size :math:`\nu \log(x/\nu)`).
     """
-    z = x / nu
-    s = jnp.sqrt(1.0 + z * z)
-    t = 1.0 / s
-    inv_nu = 1.0 / nu
-    if jnp.ndim(inv_nu) != 0:
-        t, inv_nu = jnp.broadcast_arrays(t, inv_nu)
-    big_u, _ = _debye_sums(t, inv_nu)
+    z, s, _, big_u, _ = _debye_variables(nu, x)
     log_u = jnp.log1p(big_u)
     nu_over_s_plus_z = nu / (s + z)  # nu s - x
     z_safe = jnp.where(z > 0, z, 1.0)
@@ -487,14 +490,9 @@ def _debye_log_normalizer_ratio(nu, x):
 
     a value of size nu z^2/4 for small z (log U -> -S(nu) as z -> 0, DLMF 10.41.3).
     """
-    z = x / nu
-    s = jnp.sqrt(1.0 + z * z)
-    t = 1.0 / s
-    inv_nu = 1.0 / nu
-    if jnp.ndim(inv_nu) != 0:  # one order per argument
-        t, inv_nu = jnp.broadcast_arrays(t, inv_nu)
-    big_u, _ = _debye_sums(t, inv_nu)
+    z, s, _, big_u, _ = _debye_variables(nu, x)
     q = z * z / (1.0 + s)
+    inv_nu = 1.0 / nu
     inv_nu2 = inv_nu * inv_nu
     stirling = 0.0
     for coefficient in reversed(_STIRLING):
