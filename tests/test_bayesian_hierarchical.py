@@ -402,6 +402,8 @@ def test_n_components_is_a_parameter(data):
     assert model.weights_.shape == (3,)
     assert HierarchicalVMFMixture().set_params(n_components=2).n_components == 2
     assert HierarchicalVMFMixture(TREE, n_components=4, **settings).fit(X).leaves_.size == 4
+    # any integer, as the other estimators take it (True is 1: it failed, naming "branching")
+    assert HierarchicalVMFMixture(n_components=True, **settings).fit(X).parents_.tolist() == [-1, 0]
     with pytest.raises(ValueError, match="n_components=3 but parents has 4 leaves"):
         HierarchicalVMFMixture(TREE, n_components=3).fit(X)
     # the rows are counted before a tree of n_components leaves is built (10^9 leaves ran

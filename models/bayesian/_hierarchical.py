@@ -280,8 +280,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
 
     def _tree_parents(self) -> np.ndarray:
         """Return the validated parent array of the fit (see ``parents``, ``n_components``)."""
-        if self.parents is None:
-            return balanced_tree((1 if self.n_components is None else self.n_components,))
+        if self.parents is None:  # (an integer of any kind: NumPy's, or True, as elsewhere)
+            return balanced_tree((self._n_leaves(),))
         parents = check_parents(self.parents)
         n_leaves = int(leaves_of(parents).size)
         if self.n_components is not None and self.n_components != n_leaves:
