@@ -332,6 +332,29 @@ def test_kappa_marginal_matches_nuts(fitted, problem):
         assert 0.75 < sds[0] / sds[1] < 1.33, (k, sds)
 
 
+def test_numpyro_program_draws_rows():
+    """With X=None the NumPyro program draws rows (Predictive): given one posterior sample of
+    one component (kappa 50 around e_1), the rows' mean cosine with e_1 is A_d(50)."""
+    from numpyro.infer import Predictive
+
+    d, n = 4, 4000
+    mu0 = jnp.eye(d)[0]
+    sample = {
+        "weights": jnp.ones((1, 1)),
+        "kappa": jnp.full((1, 1), 50.0),
+        "mu_normal": 2.0 * mu0[None, None],
+    }
+    args = (1, 1.0, mu0, 1.0, 3.0, 1.0)
+    rows = Predictive(bayesian_vmf_model, sample)(jax.random.key(0), None, *args, n_samples=n)
+    cosine = np.asarray(rows["x"][0] @ mu0)
+    exact = ive(d / 2, 50.0) / ive(d / 2 - 1, 50.0)  # A_d(50)
+    assert abs(cosine.mean() - exact) < 5 * cosine.std() / np.sqrt(n)
+    with pytest.raises(ValueError, match="n_samples is needed when X is None"):
+        Predictive(bayesian_vmf_model, sample)(jax.random.key(0), None, *args)
+    with pytest.raises(ValueError, match=r"X of shape \(3, 5\) does not match mu0 of dimension 4"):
+        Predictive(bayesian_vmf_model, sample)(jax.random.key(0), jnp.ones((3, 5)), *args)
+
+
 # ------------------------------------------------------------------ predictive, export, errors
 def sample_vmf(rng, mu, kappa, n):
     """Wood (1994) in NumPy: n draws of vMF(mu, kappa) (independent of bayesvmf's sampler)."""

@@ -18,18 +18,12 @@ import pytest
 import scipy.stats as st
 from numpyro.distributions.gof import auto_goodness_of_fit
 from numpyro.distributions.kl import kl_divergence
-from numpyro.infer import MCMC, NUTS
-from numpyro.infer.util import log_density
+from numpyro.infer import MCMC, NUTS, Predictive
+from numpyro.infer.util import log_density, log_likelihood
 
 from bayesvmf import special
-from bayesvmf.distribution import (
-    SphericalUniform,
-    VonMisesFisher,
-    _reflect,
-    _sample_cosine_d3,
-    _sample_cosine_wood,
-    unit_vector,
-)
+from bayesvmf._vmf_sampler import _reflect, _sample_cosine_d3, _sample_cosine_wood
+from bayesvmf.distribution import SphericalUniform, VonMisesFisher, unit_vector
 
 # Deterministic float64 code against scipy (itself accurate to a few ulp in this range).
 RTOL = 1e-10
@@ -694,8 +688,9 @@ def test_unit_vector_nuts_recovers_direction(rng, rng_key):
     assert mean_dir @ mu_true > np.cos(0.05)
 
 
-def test_unit_vector_prior_factor(rng):
-    """With a prior, the joint density is N(y) * prior(mu) / uniform(mu): mu's marginal is prior."""
+def test_unit_vector_prior_density(rng):
+    """With a prior, the density of y is N(y) * prior(mu) / uniform(mu): mu's marginal is the
+    prior, and the model has no site but y and mu (no factor, which NumPyro counts as data)."""
     d = 4
     prior = VonMisesFisher(random_unit(rng, (), d), 3.0)
     y = jnp.asarray(rng.standard_normal(d))
@@ -704,6 +699,7 @@ def test_unit_vector_prior_factor(rng):
         return unit_vector("mu", d, prior=prior)
 
     got, trace = log_density(model, (), {}, {"mu_normal": y})
+    assert set(trace) == {"mu_normal", "mu"}
     mu = y / jnp.linalg.norm(y)
     np.testing.assert_allclose(trace["mu"]["value"], mu, rtol=1e-15)
     want = np.sum(st.norm.logpdf(np.asarray(y))) + prior.log_prob(mu) + special.log_sphere_area(d)
@@ -713,6 +709,33 @@ def test_unit_vector_prior_factor(rng):
     np.testing.assert_allclose(got0, np.sum(st.norm.logpdf(np.asarray(y))), rtol=1e-13)
     with pytest.raises(ValueError, match=r"prior must have event shape \(5,\); got \(4,\)"):
         numpyro.handlers.seed(lambda: unit_vector("mu", 5, prior=prior), 0)()
+
+
+def test_unit_vector_prior_draws_and_log_likelihood(rng):
+    """Draws from a model with a unit_vector prior follow the prior (they were uniform: the
+    prior was a factor, which NumPyro does not sample), and ``log_likelihood`` (what
+    ``az.from_numpyro`` gives ``az.loo``) holds the data site alone (it held the factor
+    ``mu_prior`` too, and ``az.loo`` refused the two)."""
+    d, kappa, n = 5, 4.0, 20_000
+    loc = random_unit(rng, (), d)
+
+    def model(x=None):
+        mu = unit_vector("mu", d, prior=VonMisesFisher(loc, kappa))
+        with numpyro.plate("obs", 3):
+            numpyro.sample("x", VonMisesFisher(mu, 10.0), obs=x)
+
+    draws = Predictive(model, num_samples=n)(jax.random.key(0))
+    cosine = np.asarray(draws["mu"] @ loc)
+    # E[mu . loc] = A_d(kappa) under the prior (0 when uniform); Monte Carlo standard error
+    exact = float(special.mean_resultant_length(d, kappa))
+    assert abs(cosine.mean() - exact) < Z * cosine.std() / np.sqrt(n)
+    # the radius is chi_d, as N(0, I)'s: E|y|^2 = d
+    radius_sq = np.sum(np.asarray(draws["mu_normal"]) ** 2, axis=1)
+    assert abs(radius_sq.mean() - d) < Z * radius_sq.std() / np.sqrt(n)
+    x = np.asarray(draws["x"][0])
+    posterior = {"mu_normal": draws["mu_normal"][:10]}
+    log_lik = log_likelihood(model, posterior, x)
+    assert set(log_lik) == {"x"} and log_lik["x"].shape == (10, 3)
 
 
 # ---------------------------------------------------------------------------------------
@@ -796,6 +819,19 @@ def test_log_prob_validation(rng):
     assert lp[0] == -np.inf and np.isfinite(lp[1])
     with pytest.raises(ValueError, match=r"value must have event shape \(3,\); got shape \(2, 4\)"):
         vmf.log_prob(random_unit(rng, (2,), 4))
+
+
+@pytest.mark.parametrize("validate_args", [None, True])
+def test_log_prob_refuses_another_dimension(rng, validate_args):
+    """A value of another dimension has no density: refused with or without validate_args.
+
+    SphericalUniform(3) returned its d = 3 density for 4-vectors, and VonMisesFisher in 3-D
+    broadcast a last axis of length 1 against mu (both without a message)."""
+    message = r"value must have event shape \(3,\); got shape \(2, 4\)"
+    with pytest.raises(ValueError, match=message):
+        SphericalUniform(3, validate_args=validate_args).log_prob(random_unit(rng, (2,), 4))
+    with pytest.raises(ValueError, match=r"event shape \(3,\); got shape \(2, 1\)"):
+        VonMisesFisher(unit_basis(3), 2.0, validate_args=validate_args).log_prob(np.ones((2, 1)))
 
 
 @pytest.mark.parametrize("dimension, match", [(1, "got d = 1"), (2.5, "must be an integer")])
