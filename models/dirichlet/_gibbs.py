@@ -118,9 +118,14 @@ def gibbs_z_sweep(rng_key, state: GibbsState, X, doc, hyper: GibbsHyper) -> Gibb
         resultant = resultant.at[k].add(x)
         return (doc_topic, topic_count, resultant), k
 
-    (doc_topic, topic_count, resultant), z = lax.scan(
+    (doc_topic, topic_count, _), z = lax.scan(
         body, (state.doc_topic, state.topic_count, state.resultant), (X, doc, state.z, keys)
     )
+    # the resultants again from z, exactly (one product, beside the sweep's K d per token):
+    # the scan's -x then +x leave rounding behind, so mu drew a different last bit at every
+    # sweep with every z unchanged (ArviZ's R-hat 1.15 and plot_trace failing on that noise)
+    # and drifted over a long chain; the counts are integers, exact as they are
+    resultant = jax.nn.one_hot(z, kappa.shape[0], dtype=X.dtype).T @ X
     return state._replace(z=z, doc_topic=doc_topic, topic_count=topic_count, resultant=resultant)
 
 
@@ -232,9 +237,11 @@ def _gibbs_chunk(keys, adapt, states, X, doc, hyper, theta_sum, shared_kappa=Fal
             key_z, key_k = jax.random.split(key)
             state = gibbs_z_sweep(key_z, state, X, doc, hyper)
             state, accept = gibbs_kappa_update(key_k, state, hyper, d, a, shared_kappa)
-            b = hyper.prior_resultant + state.kappa[:, None] * state.resultant
+            # mu given (z, kappa) is vMF(b_k / |b_k|, |b_k|), b_k = c0 mu0 + kappa_k s_k; we
+            # record its mode, as the direction of s_k + c0 mu0 / kappa_k: the same unit vector,
+            # which with c0 = 0 does not move with kappa (b_k / |b_k| did, in its last bits)
+            b = state.resultant + hyper.prior_resultant / state.kappa[:, None]
             norm = jnp.linalg.norm(b, axis=1, keepdims=True)
-            # mu given (z, kappa) is vMF(b_k / |b_k|, |b_k|); we record its mode
             mu = b / jnp.maximum(norm, jnp.finfo(norm.dtype).tiny)
             doc_total = state.doc_topic.sum(axis=1, keepdims=True)
             n_topics = state.kappa.shape[0]
