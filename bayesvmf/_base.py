@@ -71,7 +71,9 @@ __all__ = [
     "check_count",
     "check_fits_in_memory",
     "check_random_state",
+    "feature_names_state",
     "make_key",
+    "restore_feature_names",
     "seed_from",
 ]
 
@@ -401,6 +403,26 @@ class BaseVMFEstimator(BaseEstimator):
         from tqdm.auto import tqdm
 
         return tqdm(total=total, desc=desc, leave=False)
+
+
+def feature_names_state(estimator) -> dict[str, list[str]]:
+    """Return ``{"feature_names_in_": [...]}`` for a saved file's JSON document, or ``{}``.
+
+    scikit-learn keeps the names as an object array, which ``np.savez`` could only pickle; as
+    a JSON list of strings they load without pickle (:func:`restore_feature_names`). A loaded
+    model without them took a DataFrame with its columns reordered, with a warning only.
+    """
+    names = getattr(estimator, "feature_names_in_", None)
+    return {} if names is None else {"feature_names_in_": [str(n) for n in names]}
+
+
+def restore_feature_names(estimator, scalars: dict) -> None:
+    """Set ``feature_names_in_`` from a loaded document, as scikit-learn keeps it (objects)."""
+    if "feature_names_in_" in scalars:
+        names = scalars["feature_names_in_"]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"feature_names_in_ must be a list of str; got {names!r}")
+        estimator.feature_names_in_ = np.asarray(names, dtype=object)
 
 
 def check_count(value, name: str, *, minimum: int = 1, allow_none: bool = False):

@@ -39,6 +39,7 @@ from .exceptions import DegenerateRunWarning
 
 __all__ = [
     "BACKGROUND_KAPPA_RATIO",
+    "FITTED_ATTRIBUTES",
     "Diagnosis",
     "diagnose",
     "effective_counts",
@@ -239,6 +240,15 @@ def warn_components(
     warnings.warn(msg, DegenerateRunWarning, stacklevel=stacklevel)
 
 
+#: The fitted attributes :func:`report` sets (each estimator's saved files hold them).
+FITTED_ATTRIBUTES = (
+    "n_occupied_components_",
+    "largest_share_",
+    "degenerate_components_",
+    "n_degenerate_restarts_",
+)
+
+
 def report(estimator, diagnosis: Diagnosis, n_degenerate_runs: int = 0) -> None:
     """Set the fitted attributes of ``diagnosis`` on ``estimator``.
 
@@ -247,7 +257,7 @@ def report(estimator, diagnosis: Diagnosis, n_degenerate_runs: int = 0) -> None:
     ``degenerate_components_`` (sorted indices of the kept state's degenerate components)
     and ``n_degenerate_restarts_`` (restarts that degenerated, kept or not).
     """
-    estimator.n_occupied_components_ = diagnosis.n_occupied
-    estimator.largest_share_ = diagnosis.largest_share
+    estimator.n_occupied_components_ = int(diagnosis.n_occupied)
+    estimator.largest_share_ = float(diagnosis.largest_share)
     estimator.degenerate_components_ = np.flatnonzero(diagnosis.bad)
     estimator.n_degenerate_restarts_ = int(n_degenerate_runs)

@@ -46,13 +46,15 @@ import scipy.sparse as sp
 from sklearn.base import ClusterMixin, DensityMixin
 from sklearn.utils import _param_validation as pv
 
-from bayesvmf import _blocks, special
+from bayesvmf import _blocks, _guards, special
 from bayesvmf._base import (
     RANDOM_STATE,
     BaseVMFEstimator,
     check_count,
     check_fits_in_memory,
+    feature_names_state,
     make_key,
+    restore_feature_names,
 )
 from bayesvmf._compile_cache import JIT_OPTIONS, TRACE_COUNTS, count_trace
 from bayesvmf._program_cache import persistent_jit
@@ -340,8 +342,9 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
 
     _fitted_check = ("mean_directions_",)
 
-    #: names of the fitted attributes that :func:`bayesvmf.save` stores (the last four are
-    #: the degeneracy diagnosis every mixture sets through :func:`bayesvmf._guards.report`)
+    #: names of the fitted attributes that :func:`bayesvmf.save` stores (those it finds; the
+    #: degeneracy diagnosis is what every mixture sets through :func:`bayesvmf._guards.report`;
+    #: ``feature_names_in_`` goes to the JSON document, :func:`bayesvmf._base.feature_names_state`)
     _fitted_attributes: tuple[str, ...] = (
         "weights_",
         "mean_directions_",
@@ -350,10 +353,9 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         "converged_",
         "lower_bound_",
         "n_features_in_",
-        "n_occupied_components_",
-        "largest_share_",
-        "degenerate_components_",
-        "n_degenerate_restarts_",
+        "feature_names_in_",
+        "labels_",
+        *_guards.FITTED_ATTRIBUTES,
     )
 
     # ---- input ------------------------------------------------------------------------------
@@ -398,14 +400,14 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
             With ``labels_``, the component of each training row (scikit-learn's
             :class:`~sklearn.base.ClusterMixin` convention), besides the fitted parameters.
         """
-        self.labels_ = self.fit_predict(X)
+        self.fit_predict(X)  # (which sets labels_)
         return self
 
     def fit_predict(self, X, y=None) -> np.ndarray:
         """Fit the model and return the cluster of each row (eq. (35) of [1]_).
 
         Ends with one E-step at the final parameters, so the result equals
-        ``fit(X).predict(X)``.
+        ``fit(X).predict(X)``; it is kept in ``labels_`` too, as :meth:`fit` keeps it.
 
         Parameters
         ----------
@@ -425,7 +427,9 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
             # itself, kept by `data`)
             del Xc
             self._fit(data, self._make_key())
-            return self._training_labels(data)
+            # labels_ of this fit, as fit sets them (an earlier fit's were left behind)
+            self.labels_ = self._training_labels(data)
+            return self.labels_
 
     def _training_data(self, Xc):
         """Return the checked training data on the device (subclasses shard it)."""
@@ -622,9 +626,9 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
 
     def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Return (arrays, json-able scalars) of the fitted attributes, for :func:`save`."""
-        arrays, scalars = {}, {}
+        arrays, scalars = {}, feature_names_state(self)
         for name in self._fitted_attributes:
-            if not hasattr(self, name):
+            if not hasattr(self, name) or name in scalars:
                 continue
             value = getattr(self, name)
             if isinstance(value, np.ndarray | jax.Array):
@@ -641,3 +645,4 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
             if name not in self._fitted_attributes:
                 raise ValueError(f"unexpected fitted attribute {name!r}")
             setattr(self, name, value)
+        restore_feature_names(self, scalars)

@@ -164,6 +164,24 @@ def test_pipeline_predict_and_score(X):
     assert pipe.score(X) == pytest.approx(direct.score(X), rel=1e-12)
 
 
+@CHECKS_FILTER
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        SparseVMFMixture(3, n_init=1, max_iter=5, random_state=0),
+        HierarchicalVMFMixture(n_components=3, kappa_update="bounding", max_iter=5),
+        TemporalVMFMixture(3, kappa_update="bounding", max_iter=5, random_state=0),
+    ],
+    ids=type,
+)
+def test_fit_predict_keeps_its_labels(X, estimator):
+    """fit_predict sets labels_ as fit does (it left an earlier fit's labels_ behind)."""
+    estimator.fit(X[:30])
+    labels = estimator.fit_predict(X)
+    assert labels.shape == (len(X),)
+    np.testing.assert_array_equal(estimator.labels_, labels)
+
+
 def test_grid_search_over_n_components(X):
     folds = KFold(3, shuffle=True, random_state=0)  # X is sorted by cluster
     search = GridSearchCV(small(n_init=1), {"n_components": [1, 3]}, cv=folds).fit(X)

@@ -24,11 +24,53 @@ def test_round_trip_fitted(tmp_path, fitted):
     assert type(back) is SparseVMFMixture
     assert back.get_params() == model.get_params()
     for name in model._fitted_attributes:
-        np.testing.assert_array_equal(
-            np.asarray(getattr(back, name)), np.asarray(getattr(model, name))
-        )
+        assert hasattr(back, name) == hasattr(model, name), name
+        if hasattr(model, name):  # (feature_names_in_: only for a DataFrame, below)
+            np.testing.assert_array_equal(
+                np.asarray(getattr(back, name)), np.asarray(getattr(model, name))
+            )
     np.testing.assert_array_equal(back.predict(X), model.predict(X))
     assert FitResult.from_estimator(back).lower_bound == model.lower_bound_
+
+
+@pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")
+def test_feature_names_labels_and_diagnosis_survive_save_and_load(tmp_path):
+    """A model fitted on a DataFrame, saved and loaded, refuses the DataFrame with its columns
+    reordered, as the saved one does (it lost ``feature_names_in_`` and took it with a
+    warning); ``labels_`` and the degeneracy diagnosis load too (they were left out, and
+    a path's models never had the names). Found by a helper's audit."""
+    pd = pytest.importorskip("pandas")
+    from bayesvmf import _guards
+    from bayesvmf.models import BayesianVMFMixture, DirichletVMFMixture, KMLEMixture
+
+    rng = np.random.default_rng(3)
+    X = np.vstack([rng.normal([4, 0, 0], 1, (20, 3)), rng.normal([0, 4, 0], 1, (20, 3))])
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    reordered = frame[["c", "b", "a"]]
+    path = tmp_path / "m.npz"
+    models = [
+        SparseVMFMixture(2, n_init=1, random_state=0),
+        BayesianVMFMixture(2, max_iter=20, random_state=0),
+        KMLEMixture(family="vmf", n_components=2, random_state=0),
+    ]
+    for model in models:
+        save(model.fit(frame), path)
+        back = load(path)
+        assert back.feature_names_in_.dtype == object
+        assert back.feature_names_in_.tolist() == ["a", "b", "c"]
+        np.testing.assert_array_equal(back.labels_, model.labels_)
+        for name in _guards.FITTED_ATTRIBUTES:
+            np.testing.assert_array_equal(getattr(back, name), getattr(model, name))
+        with pytest.raises(ValueError, match="feature names should match"):
+            back.predict(reordered)
+    sparse_path = SparseVMFMixture(2, n_init=1, random_state=0).path(frame, max_steps=2)
+    with pytest.raises(ValueError, match="feature names should match"):
+        sparse_path.model_at(-1).predict(reordered)
+    topics = DirichletVMFMixture(2, random_state=0).fit([X[i::8] for i in range(8)])
+    save(topics, path)
+    back = load(path)
+    for name in _guards.FITTED_ATTRIBUTES:
+        np.testing.assert_array_equal(getattr(back, name), getattr(topics, name))
 
 
 def test_round_trip_unfitted(tmp_path):

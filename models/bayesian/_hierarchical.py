@@ -242,8 +242,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         """Fit the model and return the most probable leaf of each row (``fit(X).predict(X)``).
 
         With ``devices`` the rows are sharded over the devices for the fit and this final
-        assignment (see the class docstring). ``fit`` calls it and keeps the result in
-        ``labels_``.
+        assignment (see the class docstring). The result is kept in ``labels_`` (``fit`` calls
+        it).
 
         Parameters
         ----------
@@ -262,9 +262,11 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             self._fit(data, make_key(self.random_state))
             if not data.is_sharded:
                 weighted_log_prob = self._estimate_weighted_log_prob(data.without_transpose())
-                return np.asarray(jnp.argmax(weighted_log_prob, axis=1))
-            rows = data.map_rows(_leaf_log_predictive_rows, self._predictive_params())
-            return np.argmax(rows, axis=1)
+                self.labels_ = np.asarray(jnp.argmax(weighted_log_prob, axis=1))
+            else:
+                rows = data.map_rows(_leaf_log_predictive_rows, self._predictive_params())
+                self.labels_ = np.argmax(rows, axis=1)
+            return self.labels_
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Return the constructor arguments; array ``parents``/``mu0`` as lists.

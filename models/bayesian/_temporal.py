@@ -326,11 +326,13 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             With ``labels_``, the cluster of each training row at its time (scikit-learn's
             :class:`~sklearn.base.ClusterMixin` convention).
         """
-        self.labels_ = self.fit_predict(X, y, times=times)
+        self.fit_predict(X, y, times=times)  # (which sets labels_)
         return self
 
     def fit_predict(self, X, y=None, *, times=None) -> np.ndarray:
         """Fit and return the most probable cluster of each row (``fit(X, y).predict``).
+
+        The result is kept in ``labels_`` too, as :meth:`fit` keeps it.
 
         Parameters
         ----------
@@ -346,9 +348,11 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         with jax.enable_x64(True):
             if not data.is_sharded:
                 weighted = self._weighted(data.without_transpose(), t)
-                return np.asarray(jnp.argmax(weighted, axis=1))
-            wlp = _log_predictive_blocks(data, data.row_array(t), self._predictive_params())
-            return np.argmax(data.host_rows(wlp), axis=1)
+                self.labels_ = np.asarray(jnp.argmax(weighted, axis=1))
+            else:
+                wlp = _log_predictive_blocks(data, data.row_array(t), self._predictive_params())
+                self.labels_ = np.argmax(data.host_rows(wlp), axis=1)
+            return self.labels_
 
     def _fit_rows(self, X, y, times):
         """Validate, then fit; return the device data and the checked times."""

@@ -293,6 +293,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         "doc_topic_",
         "lower_bounds_",
         "collapsed_",
+        "degenerate_components_",
     )
     _fitted_scalars = (
         "lower_bound_",
@@ -301,6 +302,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         "n_features_",
         "n_sets_seen_",
         "n_steps_",
+        *(name for name in _guards.FITTED_ATTRIBUTES if name != "degenerate_components_"),
     )
 
     def _get_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

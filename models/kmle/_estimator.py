@@ -23,7 +23,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
 from bayesvmf import _guards, _mixture
-from bayesvmf._base import RANDOM_STATE, BaseVMFEstimator, make_key, seed_from
+from bayesvmf._base import (
+    RANDOM_STATE,
+    BaseVMFEstimator,
+    feature_names_state,
+    make_key,
+    restore_feature_names,
+    seed_from,
+)
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models.kmle._kernel import (
     _MIN_ROWS,
@@ -486,6 +493,10 @@ class KMLEMixture(BaseVMFEstimator):
     #: the predictions use are stored too (``params_<field>``), so that a loaded model
     #: predicts and scores exactly as the saved one, without re-deriving them from ``scale_``.
     _fitted_arrays = ("labels_", "weights_", "seeds_", "lower_bounds_")
+    #: Saved when present (files written before them load without them): the degeneracy
+    #: diagnosis (:func:`bayesvmf._guards.report`) and, in the JSON document, the feature names
+    #: of a DataFrame (vMF family).
+    _optional_fitted = _guards.FITTED_ATTRIBUTES
     _family_arrays = {
         "wishart": ("dof_", "scale_", *(f"params_{f}" for f in WishartParams._fields)),
         "vmf": ("mean_directions_", "concentrations_", *(f"params_{f}" for f in VMFParams._fields)),
@@ -500,10 +511,16 @@ class KMLEMixture(BaseVMFEstimator):
             arrays[f"params_{name}"] = np.asarray(value)
         for name in self._family_arrays[self.family][:2]:
             arrays[name] = np.asarray(getattr(self, name))
-        scalars = {}
+        scalars = feature_names_state(self)
         for name in self._fitted_scalars:
             value = getattr(self, name)
             scalars[name] = value.item() if isinstance(value, np.generic) else value
+        for name in self._optional_fitted:
+            value = getattr(self, name, None)
+            if isinstance(value, np.ndarray):
+                arrays[name] = value
+            elif value is not None:
+                scalars[name] = value.item() if isinstance(value, np.generic) else value
         return arrays, scalars
 
     def _set_state(self, arrays: dict[str, np.ndarray], scalars: dict[str, Any]) -> None:
@@ -513,8 +530,9 @@ class KMLEMixture(BaseVMFEstimator):
         if self.family not in self._family_arrays:
             raise ValueError(f"family must be 'wishart' or 'vmf'; got family={self.family!r}")
         expected = self._fitted_arrays + self._family_arrays[self.family]
+        optional = (*self._optional_fitted, "feature_names_in_")
         for name in [*arrays, *scalars]:
-            if name not in expected + self._fitted_scalars:
+            if name not in expected + self._fitted_scalars + optional:
                 raise ValueError(f"unexpected fitted attribute {name!r}")
         missing = [n for n in expected + self._fitted_scalars if n not in {**arrays, **scalars}]
         if missing:
@@ -540,3 +558,7 @@ class KMLEMixture(BaseVMFEstimator):
         self.lower_bounds_ = [float(b) for b in self.lower_bounds_]
         for name in self._fitted_scalars:
             setattr(self, name, scalars[name])
+        for name in self._optional_fitted:
+            if name in arrays or name in scalars:
+                setattr(self, name, arrays[name] if name in arrays else scalars[name])
+        restore_feature_names(self, scalars)

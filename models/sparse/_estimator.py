@@ -677,6 +677,7 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
             n_features=d,
             estimator_params=self.get_params(),
             stop_reason=stop_reason,
+            feature_names=getattr(dense, "feature_names_in_", None),
         )
 
     def _record(self, state: _em.EMState, beta: float) -> dict[str, Any]:

@@ -51,6 +51,9 @@ class SparsePath:
         Constructor arguments of the estimator that made the path.
     stop_reason : str
         "max_steps", "max_sparsity", "interrupted" or the degenerate outcome that ended it.
+    feature_names : ndarray of str or None
+        The DataFrame column names the path was fitted on (None otherwise): the
+        ``feature_names_in_`` of its models.
     """
 
     betas: np.ndarray
@@ -67,6 +70,7 @@ class SparsePath:
     n_features: int
     estimator_params: dict
     stop_reason: str
+    feature_names: np.ndarray | None = None
 
     @classmethod
     def _from_records(cls, records, **kwargs) -> SparsePath:
@@ -188,6 +192,8 @@ class SparsePath:
         model.run_lower_bounds_ = np.array([model.lower_bound_])
         model.run_n_iter_ = np.array([model.n_iter_])
         model.n_features_in_ = int(self.n_features)
+        if self.feature_names is not None:  # (a DataFrame of reordered columns is refused)
+            model.feature_names_in_ = self.feature_names.copy()
         return model
 
 
