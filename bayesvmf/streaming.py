@@ -315,7 +315,7 @@ def fit_streaming(model, paths, n_epochs: int = 1, normalize: bool = True):
 
     Parameters
     ----------
-    model : estimator with ``partial_fit(X, n_samples=...)`` or ``partial_fit(docs, weights,
+    model : estimator with ``partial_fit(X, n_samples=...)`` or ``partial_fit(docs, weights=...,
         n_sets=...)``
         E.g. :class:`bayesvmf.models.SparseVMFMixture`,
         :class:`bayesvmf.models.BayesianVMFMixture` (``inference="vi"``) or
@@ -354,7 +354,7 @@ def fit_streaming(model, paths, n_epochs: int = 1, normalize: bool = True):
         for _ in range(int(n_epochs)):
             for path in paths:
                 docs, weights = load_document_chunk(path)
-                model.partial_fit(docs, weights, n_sets=corpus_sets)
+                model.partial_fit(docs, weights=weights, n_sets=corpus_sets)
         return model
     corpus_rows = sum(chunk_rows(path) for path in paths)
     # iter_chunks rescales (or checks) the rows once; a model that would rescale them again

@@ -104,7 +104,7 @@ def classic3():
         model = DirichletVMFMixture(N_TOPICS, shared_kappa=shared, random_state=SEED)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            model.fit(docs, weights)
+            model.fit(docs, weights=weights)
         seconds = time.perf_counter() - t
         warned = sorted({type(c.message).__name__ for c in caught})
         diag = _degeneracy.diagnose(

@@ -210,10 +210,10 @@ def test_weights_are_counts(planted_fit, rng):
     counts = [np.array([1, 3, 2, 1]) for _ in docs]
     repeated = [np.repeat(x, c, axis=0) for x, c in zip(docs, counts)]
     np.testing.assert_allclose(
-        planted_fit.transform(docs, counts), planted_fit.transform(repeated), rtol=1e-9
+        planted_fit.transform(docs, weights=counts), planted_fit.transform(repeated), rtol=1e-9
     )
     np.testing.assert_allclose(
-        planted_fit.score(docs, counts), planted_fit.score(repeated), rtol=1e-10
+        planted_fit.score(docs, weights=counts), planted_fit.score(repeated), rtol=1e-10
     )
 
 
@@ -394,10 +394,32 @@ GOOD = [np.eye(3)[[0, 1]], np.eye(3)[[2, 2, 0]]]
 def test_bad_input_fit(docs, weights, message):
     copies = [np.array(x, copy=True) for x in docs]
     with pytest.raises(ValueError) as err:
-        DirichletVMFMixture(2).fit(docs, weights)
+        DirichletVMFMixture(2).fit(docs, weights=weights)
     assert message in str(err.value)
     for x, c in zip(docs, copies):
         np.testing.assert_array_equal(x, c)
+
+
+def test_pipeline_passes_labels_where_weights_were(planted_fit):
+    """scikit-learn passes y second (a classifier after the topics, a supervised scorer);
+    weights are keyword-only, and weights in y's place are refused (they were taken as
+    weights, so a pipeline failed with "weights[0] has shape ()"). Found by a helper's audit."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    rng = np.random.default_rng(2)
+    docs = [rng.normal(size=(4, 3)) + 3 * np.eye(3)[i % 2] for i in range(12)]
+    labels = np.arange(12) % 2
+    pipe = make_pipeline(DirichletVMFMixture(2, random_state=0), LogisticRegression())
+    assert pipe.fit(docs, labels).score(docs, labels) == 1.0
+    topics = pipe[0]
+    proportions = topics.fit_transform(docs, labels)
+    np.testing.assert_array_equal(proportions, topics.transform(docs))
+    assert topics.score(docs, labels) == topics.score(docs)
+    weights = [np.ones(4)] * 12
+    for call in (topics.fit, topics.score):
+        with pytest.raises(TypeError, match=r"pass per-vector weights by name, \w+\(docs, weights"):
+            call(docs, weights)
 
 
 def test_sparse_documents_refused_by_name():
@@ -414,7 +436,9 @@ def test_bad_input_transform_and_gibbs_counts(planted_fit):
     with pytest.raises(ValueError, match=r"docs\[0\] has 3 features, expected 30 \(the fitted"):
         planted_fit.transform([np.eye(3)])
     with pytest.raises(ValueError, match=r"weights\[1\] must hold whole numbers \(counts\)"):
-        DirichletVMFMixture(2, inference="gibbs").fit(GOOD, [np.ones(2), np.array([1, 0.5, 1])])
+        DirichletVMFMixture(2, inference="gibbs").fit(
+            GOOD, weights=[np.ones(2), np.array([1, 0.5, 1])]
+        )
     with pytest.raises(NotFittedError, match="This DirichletVMFMixture instance is not fitted"):
         DirichletVMFMixture(2).transform(GOOD)
     with pytest.raises(
@@ -700,7 +724,7 @@ def test_partial_fit_bad_chunks(stream):
     with pytest.raises(ValueError, match="n_sets must be None or an int >= 1; got 0"):
         model.partial_fit([np.eye(10)], n_sets=0)
     with pytest.raises(ValueError, match=r"weights\[0\] has a negative value at position 2"):
-        model.partial_fit([np.eye(10)[:3]], [np.array([1.0, 1.0, -1.0])])
+        model.partial_fit([np.eye(10)[:3]], weights=[np.array([1.0, 1.0, -1.0])])
     # a rejected chunk leaves the stream where it was
     assert (model.n_sets_seen_, model.n_steps_) == (seen, steps)
     with pytest.raises(ValueError, match="partial_fit needs inference='vem'"):

@@ -140,7 +140,7 @@ def test_topic_collapsed_on_a_frequent_word_warns(rng):
         4, alpha=0.3, n_init=2, max_iter=30, shared_kappa=False, random_state=0
     )
     with pytest.warns(DegenerateRunWarning) as record:
-        model.fit(docs, weights)
+        model.fit(docs, weights=weights)
     k = int(np.argmax(model.mean_directions_ @ said))
     assert model.concentrations_[k] == 1e6  # per-topic kappa runs to the cap on one vector
     assert model.degenerate_components_.tolist() == [k]
@@ -159,7 +159,7 @@ def test_topic_on_one_word_type_with_shared_kappa_warns(rng):
         4, alpha=0.3, n_init=1, max_iter=30, shared_kappa=True, random_state=0
     )
     with pytest.warns(DegenerateRunWarning, match="carried by a single distinct vector"):
-        model.fit(docs, weights)
+        model.fit(docs, weights=weights)
     k = int(np.argmax(model.mean_directions_ @ said))
     assert model.concentrations_[k] < 1e6  # not at the cap: found by its word types alone
     assert model.degenerate_components_.tolist() == [k]

@@ -150,9 +150,9 @@ SCRIPT = textwrap.dedent(
                                 devices=devices)
         if stream:
             for a, b in ((0, 15), (15, 28), (28, 41)):
-                m.partial_fit(docs[a:b], weights[a:b], n_sets=len(docs))
+                m.partial_fit(docs[a:b], weights=weights[a:b], n_sets=len(docs))
         else:
-            m.fit(docs, weights)
+            m.fit(docs, weights=weights)
         return {"mu": m.mean_directions_.tolist(), "kappa": m.concentrations_.tolist(),
                 "weights": m.weights_.tolist(), "doc_topic": m.doc_topic_.tolist(),
                 "lower_bounds": np.atleast_1d(m.lower_bounds_ if not stream

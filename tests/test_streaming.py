@@ -280,11 +280,11 @@ def test_fit_streaming_feeds_documents_to_dirichlet(tmp_path):
     loop = DirichletVMFMixture(3, random_state=0)
     for _ in range(2):
         for chunk_docs, chunk_weights in chunks:
-            loop.partial_fit(chunk_docs, chunk_weights, n_sets=len(docs))
+            loop.partial_fit(chunk_docs, weights=chunk_weights, n_sets=len(docs))
     np.testing.assert_array_equal(streamed.mean_directions_, loop.mean_directions_)
     np.testing.assert_array_equal(streamed.concentrations_, loop.concentrations_)
     assert streamed.n_sets_seen_ == 2 * len(docs) and streamed.n_steps_ == 7
-    batch = DirichletVMFMixture(3, random_state=0).fit(docs, weights)
+    batch = DirichletVMFMixture(3, random_state=0).fit(docs, weights=weights)
     cosines = batch.mean_directions_ @ streamed.mean_directions_.T
     assert np.all(cosines.max(axis=1) > 0.99), cosines
 

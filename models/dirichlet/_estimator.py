@@ -55,6 +55,25 @@ from bayesvmf.models.dirichlet._vem import (
 SHARED_KAPPA_DEFAULT = True
 
 
+def _check_y_is_not_weights(y, docs, method: str) -> None:
+    """Refuse per-vector weights given where scikit-learn passes ``y`` (before: the 2nd argument).
+
+    ``weights`` became keyword-only so that pipelines and scorers, which pass labels there,
+    work; a call written for the old order would otherwise have its weights ignored.
+    """
+    if y is None or isinstance(y, str | bytes):
+        return
+    try:
+        entries = list(y)
+    except TypeError:
+        return
+    if len(entries) == len(docs) and any(np.ndim(entry) >= 1 for entry in entries):
+        raise TypeError(
+            f"{method}: the second argument is y (ignored), and it holds an array per "
+            f"document: pass per-vector weights by name, {method}(docs, weights=...)"
+        )
+
+
 class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
     r"""Dirichlet-vMF mixture over sets of vectors (VMFMix [1]_), by VEM or collapsed Gibbs.
 
@@ -375,20 +394,24 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         return X, w, offsets
 
     # ---------------------------------------------------------------- fit
-    def fit(self, docs, weights=None) -> DirichletVMFMixture:
+    def fit(self, docs, y=None, *, weights=None) -> DirichletVMFMixture:
         """Fit the topics to documents.
 
         Parameters
         ----------
         docs : list of array-like of shape (n_i, d)
             The documents, each a set of vectors (rows); lengths may differ.
-        weights : list of array-like of shape (n_i,), optional
+        y : ignored
+            Where scikit-learn passes labels (a pipeline with a classifier after this step,
+            a supervised scorer).
+        weights : list of array-like of shape (n_i,), optional, keyword only
             Nonnegative count of each vector (whole numbers for ``inference="gibbs"``).
 
         Returns
         -------
         self
         """
+        _check_y_is_not_weights(y, docs, "fit")
         self._validate_params()
         self._fit_new(docs, weights)
         return self
@@ -410,7 +433,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
                 self._fit_gibbs(key, X, w, offsets)
         return X, w, offsets
 
-    def partial_fit(self, docs, weights=None, *, n_sets: int | None = None):
+    def partial_fit(self, docs, y=None, *, weights=None, n_sets: int | None = None):
         r"""Update the topics with one chunk of documents: stochastic variational inference.
 
         SVI of Hoffman et al. [5]_ (Algorithm 1) over chunks of whole documents. Local step:
@@ -436,7 +459,8 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         ----------
         docs : list of array-like of shape (n_i, d)
             The chunk: whole documents (sets of vectors).
-        weights : list of array-like of shape (n_i,), optional
+        y : ignored
+        weights : list of array-like of shape (n_i,), optional, keyword only
             Nonnegative count of each vector.
         n_sets : int or None, default=None
             Number of documents M of the corpus the chunks come from (the scale M / M_chunk).
@@ -458,6 +482,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         call diagnoses the running topics (the degeneracy attributes, a
         ``DegenerateRunWarning``), with the chunk's counts per word type.
         """
+        _check_y_is_not_weights(y, docs, "partial_fit")
         first, n_sets = self._stream_begin(n_sets)
         if self.inference != "vem":
             raise ValueError(
@@ -674,7 +699,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
             )
             return np.asarray(phi), np.asarray(bounds), w, offsets
 
-    def transform(self, docs, weights=None) -> np.ndarray:
+    def transform(self, docs, *, weights=None) -> np.ndarray:
         """Return the topic proportions E_q[theta_i] of documents (rows sum to 1).
 
         Runs the E-step (eq. (9) of [1]_) with the fitted topics held fixed, to convergence.
@@ -682,7 +707,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         Parameters
         ----------
         docs : list of array-like of shape (n_i, d)
-        weights : list of array-like of shape (n_i,), optional
+        weights : list of array-like of shape (n_i,), optional, keyword only
 
         Returns
         -------
@@ -691,11 +716,18 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         phi, _, _, _ = self._e_step(docs, weights)
         return phi / phi.sum(axis=1, keepdims=True)
 
-    def score_documents(self, docs, weights=None) -> np.ndarray:
+    def fit_transform(self, docs, y=None, *, weights=None) -> np.ndarray:
+        """Fit, then return the topic proportions of the same documents (:meth:`transform`).
+
+        The step a pipeline runs when a classifier follows (topic proportions as features).
+        """
+        return self.fit(docs, y, weights=weights).transform(docs, weights=weights)
+
+    def score_documents(self, docs, *, weights=None) -> np.ndarray:
         """Return, per document, the bound (5) + (8) on log p(x_i | alpha, mu, kappa)."""
         return self._e_step(docs, weights)[1]
 
-    def score(self, docs, weights=None) -> float:
+    def score(self, docs, y=None, *, weights=None) -> float:
         """Return the held-out log-likelihood per vector (a variational lower bound).
 
         sum_i L_i / sum_ij w_ij, where L_i is the bound (5) + (8) of document i with q fitted
@@ -706,12 +738,14 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         Parameters
         ----------
         docs : list of array-like of shape (n_i, d)
-        weights : list of array-like of shape (n_i,), optional
+        y : ignored
+        weights : list of array-like of shape (n_i,), optional, keyword only
 
         Returns
         -------
         float
         """
+        _check_y_is_not_weights(y, docs, "score")
         _, bounds, w, _ = self._e_step(docs, weights)
         return float(bounds.sum() / w.sum())
 
