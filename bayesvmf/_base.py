@@ -222,7 +222,8 @@ class BaseVMFEstimator(BaseEstimator):
     ``validate_data(self, X, skip_check_array=True)`` (other input), seed each fit with
     ``self._make_key()`` (:func:`make_key` of ``random_state``) and guard fitted methods with
     :meth:`_check_is_fitted`. ``get_params``, ``set_params``, ``clone``, ``repr`` and
-    pickling come from :class:`sklearn.base.BaseEstimator`.
+    pickling come from :class:`sklearn.base.BaseEstimator` (pickles keep JAX arrays of
+    floats as NumPy arrays, :meth:`__getstate__`).
     """
 
     #: scikit-learn parameter constraints, ``{name: [constraint, ...]}``
@@ -231,6 +232,24 @@ class BaseVMFEstimator(BaseEstimator):
     #: attributes that exist exactly when the estimator is fitted (``__sklearn_is_fitted__``);
     #: None means scikit-learn's default (any attribute ending in ``_``)
     _fitted_check: tuple[str, ...] | None = None
+
+    def __getstate__(self):
+        """Return scikit-learn's pickled state, with every JAX array of floats as a NumPy array.
+
+        A JAX float64 array unpickled in a process without ``jax_enable_x64`` (the default)
+        comes back float32: a pickled model's stream state (``_online``) did, and its next
+        ``partial_fit`` failed inside a jitted loop (float32 carry against float64) or, for
+        B-vMFmix, went on from rounded statistics. NumPy arrays keep their dtype, and the
+        jitted steps take them as they are. PRNG keys and other arrays are left as they are.
+        """
+
+        def to_host(leaf):
+            if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.floating):
+                return np.asarray(leaf)
+            return leaf
+
+        state = super().__getstate__()
+        return {name: jax.tree.map(to_host, value) for name, value in state.items()}
 
     def __init_subclass__(cls, **kwargs):
         """Run the subclass's fitting and evaluating methods inside the compilation cache.
