@@ -45,6 +45,8 @@ and :class:`~sklearn.base.ClusterMixin` to this base. Estimators that do not sha
 
 from __future__ import annotations
 
+import importlib
+import json
 import numbers
 import os
 import types
@@ -697,3 +699,97 @@ class StreamingMixin:
         self._online = None
         for name in (self._stream_seen, "n_steps_", "_stream_of"):
             self.__dict__.pop(name, None)
+
+    # ---- persistence of the stream (bayesvmf.save / bayesvmf.load) ---------------------------
+
+    #: names under which a saved file holds the stream: its arrays ``stream.<i>`` and the
+    #: JSON scalar ``stream`` (its tree, counters and parameters, as one JSON text)
+    _STREAM_PREFIX = "stream"
+
+    def _stream_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Return (arrays, scalars) of the stream for :func:`bayesvmf.save` (empty: none).
+
+        The state is a tree of tuples and named tuples of this package over arrays: each array is
+        stored (a PRNG key as its key data), the tree as nested ``{"type", "fields"}``
+        records naming each tuple class. A loaded model's ``partial_fit`` goes on with the
+        stream where the saved one was; without it, the first call started a new stream
+        from its chunk and dropped the fitted parameters in silence.
+        """
+        online = getattr(self, "_online", None)
+        if online is None:
+            return {}, {}
+        arrays: dict[str, np.ndarray] = {}
+
+        def describe(node):
+            if isinstance(node, tuple) and hasattr(node, "_fields"):
+                cls = type(node)
+                return {
+                    "type": f"{cls.__module__}:{cls.__qualname__}",
+                    "fields": [describe(child) for child in node],
+                }
+            if isinstance(node, tuple):
+                return {"tuple": [describe(child) for child in node]}
+            name = f"{self._STREAM_PREFIX}.{len(arrays)}"
+            if jnp.issubdtype(node.dtype, jax.dtypes.prng_key):
+                arrays[name] = np.asarray(jax.random.key_data(node))
+                return {"array": name, "key": str(jax.random.key_impl(node))}
+            arrays[name] = np.asarray(node)
+            return {"array": name}
+
+        record = {
+            "tree": describe(online),
+            "seen": int(getattr(self, self._stream_seen)),
+            "steps": int(self.n_steps_),
+            "params": [
+                value.item() if isinstance(value, np.generic) else value
+                for value in self.__dict__.get("_stream_of", self._current_stream_params())
+            ],
+        }
+        return arrays, {self._STREAM_PREFIX: json.dumps(record)}
+
+    def _restore_stream(self, arrays: dict, scalars: dict) -> None:
+        """Set the stream written by :meth:`_stream_state`, removing its entries from both."""
+        prefix = self._STREAM_PREFIX
+        names = [name for name in arrays if name.startswith(prefix + ".")]
+        text = scalars.pop(prefix, None)
+        stream = {name: arrays.pop(name) for name in names}
+        if text is None:
+            if stream:
+                raise ValueError(f"{names[0]} without its stream record")
+            return
+        try:
+            record = json.loads(text)
+            online = _stream_tree(record["tree"], stream)
+            seen, steps, params = record["seen"], record["steps"], tuple(record["params"])
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as err:
+            raise ValueError(f"corrupt stream record: {err}") from None
+        if set(stream) != {name for name in names}:
+            raise ValueError("stream arrays do not match the stream record")
+        self._online = online
+        self._stream_of = params
+        setattr(self, self._stream_seen, seen)
+        self.n_steps_ = steps
+
+
+def _stream_tree(node, arrays: dict):
+    """Rebuild a stream tree described by :meth:`StreamingMixin._stream_state`.
+
+    Only named tuples of this package are built (a file cannot name another class), and
+    every array it names must be in ``arrays``.
+    """
+    if "array" in node:
+        value = arrays[node["array"]]
+        if "key" in node:
+            return jax.random.wrap_key_data(value, impl=node["key"])
+        return value
+    if "tuple" in node:
+        return tuple(_stream_tree(child, arrays) for child in node["tuple"])
+    module_name, _, qualname = node["type"].partition(":")
+    if not module_name.startswith("bayesvmf."):
+        raise ValueError(f"stream type {node['type']!r} is not of this package")
+    cls = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
+        raise ValueError(f"stream type {node['type']!r} is not a named tuple")
+    return cls(*(_stream_tree(child, arrays) for child in node["fields"]))

@@ -637,10 +637,17 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
                 scalars[name] = value.item()
             else:
                 scalars[name] = value
+        if hasattr(self, "_stream_state"):  # (a streaming estimator: partial_fit goes on)
+            stream_arrays, stream_scalars = self._stream_state()
+            arrays.update(stream_arrays)
+            scalars.update(stream_scalars)
         return arrays, scalars
 
     def _set_state(self, arrays: dict[str, np.ndarray], scalars: dict[str, Any]) -> None:
         """Restore the fitted attributes written by :meth:`_get_state`."""
+        arrays, scalars = dict(arrays), dict(scalars)
+        if hasattr(self, "_restore_stream"):
+            self._restore_stream(arrays, scalars)
         for name, value in {**scalars, **arrays}.items():
             if name not in self._fitted_attributes:
                 raise ValueError(f"unexpected fitted attribute {name!r}")

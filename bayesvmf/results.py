@@ -14,7 +14,9 @@ Files written before the digests were added load as they did.
 
 Every estimator gets persistence by listing its fitted attributes in ``_fitted_attributes``
 (arrays go to the archive, JSON scalars to the document); constructor arguments must be JSON
-values (None, bool, int, float, str).
+values (None, bool, int, float, str). A streaming estimator's file also holds its stream
+(:meth:`bayesvmf._base.StreamingMixin._stream_state`), so that ``partial_fit`` goes on after
+a load where the saved model was.
 """
 
 from __future__ import annotations

@@ -604,8 +604,9 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         leaves the model as it was. Chunks are padded to a few bucket sizes (rows and nnz,
         at most 41% padding, weight 0), so a stream of similar chunks compiles a few
         programs and then none. :func:`bayesvmf.streaming.fit_streaming`
-        feeds the chunks of a corpus stored as ``.npz`` files. A model restored by
-        :func:`bayesvmf.load` carries no stream state and starts a new stream.
+        feeds the chunks of a corpus stored as ``.npz`` files. A saved model keeps its stream:
+        restored by :func:`bayesvmf.load`, it goes on where the saved one was (a file
+        written before session 27 holds none, and its first call starts a new stream).
 
         Parameters
         ----------

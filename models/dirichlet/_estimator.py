@@ -338,11 +338,13 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
             arrays["lower_bounds_all_lengths"] = np.array([len(r) for r in runs], np.int64)
         for name, value in getattr(self, "samples_", {}).items():
             arrays[f"samples_{name}"] = np.asarray(value)
-        return arrays, scalars
+        stream_arrays, stream_scalars = self._stream_state()
+        return {**arrays, **stream_arrays}, {**scalars, **stream_scalars}
 
     def _set_state(self, arrays: dict[str, np.ndarray], scalars: dict[str, Any]) -> None:
         """Restore the fitted attributes written by :meth:`_get_state`."""
-        arrays = dict(arrays)
+        arrays, scalars = dict(arrays), dict(scalars)
+        self._restore_stream(arrays, scalars)
         if "lower_bounds_all_" in arrays:
             flat = arrays.pop("lower_bounds_all_")
             lengths = arrays.pop("lower_bounds_all_lengths", None)
@@ -446,8 +448,9 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         the convergence argument); mu and kappa are the batch M-step of s_t (eq. (10),
         kappa solved exactly). See :func:`svi_step`.
 
-        The first call on an unfitted model (or one restored by :func:`bayesvmf.load`, which
-        carries no stream state) initialises from the first chunk: a batch VEM fit of it
+        The first call on an unfitted model (or one restored by :func:`bayesvmf.load` from a
+        file written before session 27, which holds no stream; later files do, and the model
+        goes on where the saved one was) initialises from the first chunk: a batch VEM fit of it
         (``n_init`` restarts, ``max_iter``, ``tol``; it needs at least ``n_topics`` vectors),
         followed by one SVI step with rho = 1, which sets the running statistics to the
         chunk's. A model fitted by VEM continues from the statistics of that fit, with t
