@@ -76,19 +76,65 @@ class FitResult:
         )
 
 
+#: NumPy bit generators whose state a saved ``random_state`` may hold (:func:`_random_state`).
+_BIT_GENERATORS = ("MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64")
+
+
 def _json_value(name: str, value: Any) -> Any:
+    """Return a constructor argument or scalar attribute as a JSON value, else refuse it.
+
+    None, bool, int, float and str; lists (nested too) of them, and numeric NumPy arrays as
+    such lists (an ``init`` array of labels, a prior mean ``mu0``: the estimators take
+    both forms); a NumPy ``RandomState`` or ``Generator`` as its current state
+    (:func:`_random_state` rebuilds it).
+    """
     if isinstance(value, np.generic):
         value = value.item()
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list | tuple) and all(
-        v is None or isinstance(v, bool | int | float | str) for v in value
-    ):
-        return list(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        value = value.tolist()
+    if _is_json(value):
+        return list(value) if isinstance(value, tuple) else value
+    if isinstance(value, np.random.RandomState):
+        state = value.get_state(legacy=False)
+        state["state"]["key"] = state["state"]["key"].tolist()
+        return {"numpy_random_state": "RandomState", "state": state}
+    if isinstance(value, np.random.Generator):
+        return {"numpy_random_state": "Generator", "state": value.bit_generator.state}
     raise ValueError(
-        f"cannot save {name}={value!r}: only None, bool, int, float, str and lists of them "
-        "are stored (a jax key as random_state cannot be saved; pass an int)."
+        f"cannot save {name}={value!r}: only None, bool, int, float, str, lists of them, "
+        "numeric arrays and NumPy random states are stored (a JAX key as random_state cannot "
+        "be saved: pass an int, or save its seed)."
     )
+
+
+def _is_json(value) -> bool:
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    return isinstance(value, list | tuple) and all(_is_json(v) for v in value)
+
+
+def _random_state(value, where):
+    """Rebuild a NumPy random state saved by :func:`_json_value` (other values unchanged)."""
+    if not (isinstance(value, dict) and "numpy_random_state" in value):
+        return value
+    try:
+        kind, state = value["numpy_random_state"], value["state"]
+        name = state["bit_generator"]
+        if name not in _BIT_GENERATORS or kind not in ("RandomState", "Generator"):
+            raise ValueError(f"{kind}/{name} is not a NumPy random state")
+        if kind == "RandomState":
+            generator = np.random.RandomState()
+            state = {
+                **state,
+                "state": {**state["state"], "key": np.asarray(state["state"]["key"], np.uint32)},
+            }
+            generator.set_state(state)
+            return generator
+        bit_generator = getattr(np.random, name)()
+        bit_generator.state = state
+        return np.random.Generator(bit_generator)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: corrupt random_state in the metadata ({exc}).") from exc
 
 
 def save(model, path) -> None:
@@ -251,7 +297,10 @@ def load(path):
     cls = _resolve_class(str(meta["class"]), where)
     # an argument added after a file was written: the value that does what the saved
     # estimator did (a file without it predates the argument)
+    if not isinstance(meta["params"], dict):
+        raise ValueError(f"{where}: corrupt bayesvmf metadata (params is not an object).")
     params = {**_ADDED_PARAMS.get(cls.__name__, {}), **meta["params"]}
+    params = {name: _random_state(value, where) for name, value in params.items()}
     try:
         model = cls(**params)
         model._set_state(arrays, meta["scalars"])
