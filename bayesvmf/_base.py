@@ -183,7 +183,8 @@ def _as_numeric(X, name: str):
     A DataFrame may hold pandas nullable columns (``Int64``, ``Float64``, ``boolean``; a
     missing value becomes NaN, which :func:`bayesvmf.data.check_directional` then reports
     with its row) or object columns of numbers; an object array is what scikit-learn's
-    checks pass as numbers of mixed type. Both go through scikit-learn's
+    checks pass as numbers of mixed type; a DataFrame of pandas sparse columns becomes a CSR
+    matrix. All go through scikit-learn's
     :func:`~sklearn.utils.check_array`; every other input is left to
     :func:`~bayesvmf.data.check_directional`, whose messages stay the package's.
     """
@@ -202,6 +203,7 @@ def _as_numeric(X, name: str):
         return check_array(
             X,
             dtype="numeric",
+            accept_sparse="csr",  # a DataFrame of sparse columns stays sparse (it was refused)
             ensure_all_finite=False,  # NaN is reported by check_directional, with its row
             ensure_2d=False,
             allow_nd=True,

@@ -234,6 +234,16 @@ def test_dataframe_feature_names(X):
         model.predict(X)
 
 
+def test_dataframe_of_sparse_columns_is_sparse_input(X):
+    """A DataFrame of pandas sparse columns fits as its CSR matrix does (it was refused:
+    "Sparse data was passed for X, but dense data is required"; a helper's audit)."""
+    sparse_X = sp.csr_matrix(np.where(np.abs(X) > 1.0, X, 0.0))
+    frame = pd.DataFrame.sparse.from_spmatrix(sparse_X, columns=["a", "b", "c", "d"])
+    model = small().fit(frame)
+    np.testing.assert_array_equal(model.mean_directions_, small().fit(sparse_X).mean_directions_)
+    assert model.feature_names_in_.tolist() == ["a", "b", "c", "d"]
+
+
 def test_object_and_nullable_columns_accepted(X):
     expected = small().fit(X).mean_directions_
     np.testing.assert_array_equal(small().fit(X.astype(object)).mean_directions_, expected)
