@@ -388,6 +388,10 @@ def test_to_arviz(bounding_fit):
     assert post["weights"].dims == ("chain", "draw", "component")
     np.testing.assert_allclose(np.linalg.norm(post["mu"].values, axis=-1), 1.0, rtol=1e-10)
     assert idata.constant_data["leaf_node"].values.tolist() == [3, 4, 5, 6]
+    # the same draws at every call by default, as B-vMFmix's (the default was None)
+    np.testing.assert_array_equal(
+        bounding_fit.to_arviz(num_draws=20).posterior["kappa"].values, post["kappa"].values
+    )
 
 
 @pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=3

@@ -317,6 +317,10 @@ def test_to_arviz(fitted):
     assert post["mu"].shape == (1, 20, N_TIMES - 1, K, D)
     assert post["kappa"].dims == ("chain", "draw", "component")
     assert post["weights"].dims == ("chain", "draw", "component")
+    # the same draws at every call by default, as B-vMFmix's (the default was None)
+    np.testing.assert_array_equal(
+        fitted.to_arviz(num_draws=20).posterior["mu"].values, post["mu"].values
+    )
 
 
 def test_sampling_scheme(data):

@@ -450,7 +450,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         """
         return self.node_paths(self.predict(X))
 
-    def to_arviz(self, num_draws: int = 200, random_state=None):
+    def to_arviz(self, num_draws: int = 200, random_state=0):
         """Return draws from q as an ``arviz.InferenceData`` (one chain of ``num_draws``).
 
         ``posterior`` holds ``mu`` (dims node, feature), ``kappa`` (node) and ``weights``
@@ -459,6 +459,17 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         Var[log kappa_n]) (moment-matched for the sampling scheme), pi ~ Dir(rho). With
         ``shared_kappa`` the leaves' kappa is one concentration: one draw, equal across the
         leaves.
+
+        Parameters
+        ----------
+        num_draws : int, default 200
+        random_state : None, int, numpy RandomState or Generator, or jax key, default 0
+            Seed of the draws from q: by default the same draws at every call, as
+            :meth:`BayesianVMFMixture.to_arviz` gives (None: new draws each call).
+
+        Returns
+        -------
+        arviz.InferenceData
         """
         self._check_is_fitted()
         params = (

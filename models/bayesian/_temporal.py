@@ -642,13 +642,24 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             )
         return out
 
-    def to_arviz(self, num_draws: int = 200, random_state=None):
+    def to_arviz(self, num_draws: int = 200, random_state=0):
         """Return draws from q as an ``arviz.InferenceData`` (one chain of ``num_draws``).
 
         ``posterior`` holds ``mu`` (dims time, component, feature), ``kappa`` and
         ``weights`` (component): mu_tk ~ vMF(psi_tk, gamma_tk), log kappa_k ~
         N(E[log kappa_k], Var[log kappa_k]), pi ~ Dir(rho). With ``shared_kappa`` kappa is
         one concentration: one draw, equal across the clusters.
+
+        Parameters
+        ----------
+        num_draws : int, default 200
+        random_state : None, int, numpy RandomState or Generator, or jax key, default 0
+            Seed of the draws from q: by default the same draws at every call, as
+            :meth:`BayesianVMFMixture.to_arviz` gives (None: new draws each call).
+
+        Returns
+        -------
+        arviz.InferenceData
         """
         self._check_is_fitted()
         params = (
