@@ -51,13 +51,18 @@ class ModelSpec:
     documents: bool = False
 
 
+def _kappa(args) -> dict[str, bool]:
+    """``shared_kappa`` of ``--shared-kappa`` / ``--per-component-kappa`` ({}: the model's own)."""
+    return {} if args.shared_kappa is None else {"shared_kappa": args.shared_kappa}
+
+
 def _sparse(args):
     from bayesvmf.models import SparseVMFMixture
 
     return SparseVMFMixture(
         args.n_components,
         beta=args.beta,
-        shared_kappa=args.shared_kappa,
+        **_kappa(args),
         n_init=args.n_init,
         max_iter=args.max_iter,
         random_state=args.seed,
@@ -71,6 +76,7 @@ def _dirichlet(args):
 
     return DirichletVMFMixture(
         args.n_components,
+        **_kappa(args),
         n_init=args.n_init,
         max_iter=args.max_iter,
         random_state=args.seed,
@@ -91,6 +97,8 @@ def _kmle_vmf(args):
     from bayesvmf.models import KMLEMixture
 
     _one_device("kmle-vmf", args)
+    if args.shared_kappa:
+        _say("note: kmle-vmf has one concentration per component (--shared-kappa does not apply)")
     return KMLEMixture(
         family="vmf", n_components=args.n_components, max_iter=args.max_iter, random_state=args.seed
     )
@@ -106,6 +114,7 @@ def _bayesian(inference, kappa_update="sampling"):
             args.n_components,
             inference=inference,
             kappa_update=kappa_update,
+            **_kappa(args),
             n_init=args.n_init,
             max_iter=args.max_iter,
             random_state=args.seed,
@@ -120,7 +129,8 @@ def _bayesian(inference, kappa_update="sampling"):
 MODELS: dict[str, ModelSpec] = {
     "sparse": ModelSpec(
         _sparse,
-        "l1-penalised vMF mixture (Barbaro & Rossi); --beta 0 is the classical vMF mixture",
+        "l1-penalised vMF mixture (Barbaro & Rossi); beta = 0 (compare's, and fit's default) "
+        "is the classical vMF mixture",
     ),
     "dirichlet": ModelSpec(
         _dirichlet, "Dirichlet-vMF mixture over sets of vectors (VMFMix, Li)", documents=True

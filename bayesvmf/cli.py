@@ -357,7 +357,8 @@ def _add_model_options(parser, *, k_default=None) -> None:
         type=_positive_int,
         default=4,
         metavar="N",
-        help="restarts, the best is kept (default 4)",
+        help="restarts, the best is kept (default 4; kmle-vmf has no restarts: it seeds by "
+        "DP-k-MLE++)",
     )
     parser.add_argument(
         "--max-iter",
@@ -366,11 +367,26 @@ def _add_model_options(parser, *, k_default=None) -> None:
         metavar="N",
         help="maximal iterations per restart (default 300)",
     )
-    parser.add_argument(
+    # one flag per choice, none: each model's own default (sparse: one kappa per component;
+    # the Bayesian models and dirichlet: one shared); kmle-vmf has one per component
+    kappa = parser.add_mutually_exclusive_group()
+    kappa.add_argument(
         "--shared-kappa",
-        action="store_true",
-        help="sparse: one concentration for all components (advised when n is not much larger "
-        "than d)",
+        dest="shared_kappa",
+        action="store_const",
+        const=True,
+        default=None,
+        help="one concentration for all components (advised when n is not much larger than "
+        "d), for every model but kmle-vmf (default: each model's own, shared for the Bayesian "
+        "models and dirichlet, per component for sparse)",
+    )
+    kappa.add_argument(
+        "--per-component-kappa",
+        dest="shared_kappa",
+        action="store_const",
+        const=False,
+        help="one concentration per component, for every model but kmle-vmf (the better "
+        "density model; a shared one is the better clustering)",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(

@@ -176,10 +176,11 @@ def test_pipeline_predict_and_score(X):
     ids=type,
 )
 def test_fit_predict_keeps_its_labels(X, estimator):
-    """fit_predict sets labels_ as fit does (it left an earlier fit's labels_ behind)."""
-    estimator.fit(X[:30])
-    labels = estimator.fit_predict(X)
-    assert labels.shape == (len(X),)
+    """fit_predict sets labels_ as fit does (it left an earlier fit's labels_ behind). The
+    rows shuffled: another fit of the same shape (no new program), other labels."""
+    before = estimator.fit(X).labels_.copy()
+    labels = estimator.fit_predict(X[np.random.default_rng(0).permutation(len(X))])
+    assert labels.shape == (len(X),) and not np.array_equal(labels, before)
     np.testing.assert_array_equal(estimator.labels_, labels)
 
 

@@ -426,6 +426,27 @@ def test_the_registry_builds_each_model_from_the_options():
     assert all(spec.build(args).get_params().get("devices") is None for spec in cli.MODELS.values())
 
 
+def test_kappa_options_reach_every_model_that_has_them(capsys):
+    """--shared-kappa / --per-component-kappa set shared_kappa of every model that has it; with
+    neither, each model keeps its own default (the flag reached only the sparse mixture, so
+    the Bayesian models ran shared kappa whatever was asked; a helper's audit of the docs)."""
+    have = ("sparse", "dirichlet", "bayesian", "bayesian-bounding", "bayesian-gibbs")
+
+    def built(*flags):
+        args = cli.build_parser().parse_args(["fit", "x.npy", "-k", "3", *flags, "--out", "o"])
+        return {name: cli.MODELS[name].build(args) for name in have + ("kmle-vmf",)}
+
+    for flag, value in (("--shared-kappa", True), ("--per-component-kappa", False)):
+        models = built(flag)
+        assert all(models[name].shared_kappa is value for name in have), flag
+    assert "kmle-vmf has one concentration per component" in capsys.readouterr().out
+    defaults = built()
+    for name in have:
+        assert defaults[name].shared_kappa == type(defaults[name])().shared_kappa, name
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["fit", "x", "--shared-kappa", "--per-component-kappa"])
+
+
 def test_devices_option_reaches_the_data_parallel_models(tmp_path):
     args = cli.build_parser().parse_args(
         ["fit", "x.npy", "-k", "2", "--devices", "1", "--out", "o"]
