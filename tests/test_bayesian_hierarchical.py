@@ -85,6 +85,10 @@ def bounding_fit(data):
         ([-1, -1, 0], r"got 2 roots \(nodes \[0, 1\]\)"),
         ([-1, 2, 1], r"nodes 1 and 2 are not connected to the root \(cycle 1 -> 2 -> 1\)"),
         ([-1, 0, 3, 4, 2], r"nodes 2, 3 and 4 are not connected .*cycle 2 -> 3 -> 4 -> 2"),
+        # the tree of [-1, 0, 0, 1, 1] numbered otherwise: the fits pass over the nodes in
+        # index order, and this numbering fitted an empty leaf (a helper's audit)
+        ([2, 2, -1, 0, 0], r"node 0 has parent 2, numbered after it; number every node after"),
+        ([-1, 2, 0], r"node 1 has parent 2, numbered after it"),
     ],
 )
 def test_check_parents_errors(parents, message):
