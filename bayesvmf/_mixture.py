@@ -100,7 +100,8 @@ class Status:
 
 
 _STATUS_TEXT = {
-    Status.COLLAPSED: "a concentration reached kappa_max (collapsed component)",
+    Status.COLLAPSED: "a concentration reached kappa_max (collapsed component; the parameters "
+    "of the step before are kept)",
     Status.VANISHED: "a component became empty or uniform (vanishing component)",
     Status.ZERO_DIRECTION: "the l1 penalty zeroed a whole mean direction",
 }
@@ -254,8 +255,14 @@ def best_run(bounds, margin: float) -> int:
     return int(np.flatnonzero(finite >= top - margin)[0])
 
 
-def warn_degenerate(statuses: np.ndarray, what: str, stacklevel: int = 3) -> None:
-    """Warn once about the degenerate runs in ``statuses`` (one status per run)."""
+def warn_degenerate(
+    statuses: np.ndarray, what: str, stacklevel: int = 3, *, shared_kappa: bool = False
+) -> None:
+    """Warn once about the degenerate runs in ``statuses`` (one status per run).
+
+    The advice leaves out ``shared_kappa=True`` when it is set already, and names a larger
+    ``kappa_max`` when a concentration reached it (data that concentrated).
+    """
     statuses = np.asarray(statuses)
     bad = statuses != Status.OK
     if not bad.any():
@@ -266,10 +273,15 @@ def warn_degenerate(statuses: np.ndarray, what: str, stacklevel: int = 3) -> Non
         if count:
             details.append(f"{count} with {text}")
     if bad.all():
+        tries = ["a smaller beta", "fewer components", "more restarts (n_init)"]
+        if not shared_kappa:
+            tries.insert(0, "shared_kappa=True")
+        if np.any(statuses & Status.COLLAPSED):
+            tries.append("a larger kappa_max if the data are that concentrated")
         msg = (
             f"{what}: all {len(statuses)} runs degenerated ({'; '.join(details)}); the best "
-            "of them is kept but is not a proper fit. Try shared_kappa=True, a smaller beta, "
-            "fewer components or more restarts (n_init)."
+            f"of them is kept but is not a proper fit. Try {', '.join(tries[:-1])} or "
+            f"{tries[-1]}."
         )
     else:
         msg = (

@@ -271,10 +271,20 @@ def test_convergence_warning(small):
 
 def test_collapsed_runs_are_reported_never_nan(small):
     X, _ = small
-    with pytest.warns(DegenerateRunWarning, match="all 3 runs degenerated"):
+    with pytest.warns(DegenerateRunWarning, match="all 3 runs degenerated") as record:
         model = SparseVMFMixture(3, n_init=3, kappa_max=0.5, random_state=0, **LEGACY).fit(X)
     assert np.all(model.run_statuses_ & Status.COLLAPSED)
     assert np.all(np.isfinite(model.score_samples(X)))
+    # the advice: what is not set already, and a larger kappa_max at the cap (it advised
+    # shared_kappa=True to a model that had it; a helper's audit)
+    message = str(record[0].message)
+    assert "the parameters of the step before are kept" in message
+    assert "Try shared_kappa=True, " in message and "a larger kappa_max" in message
+    with pytest.warns(DegenerateRunWarning, match="all 3 runs degenerated") as record:
+        SparseVMFMixture(
+            3, shared_kappa=True, n_init=3, kappa_max=0.5, random_state=0, **LEGACY
+        ).fit(X)
+    assert "shared_kappa=True" not in str(record[0].message)
 
 
 def test_zero_direction_when_beta_too_large(small):

@@ -32,12 +32,16 @@ from scipy.special import digamma, logsumexp
 
 from bayesvmf import _guards, special
 
-#: What the warning of :class:`DirichletVMFMixture` advises.
-ADVICE = (
-    "Topics collapsed onto single word types or a near-uniform background topic make poor "
-    "document features: try shared_kappa=True (one concentration for all topics), fewer "
-    "topics or a lower kappa_max."
-)
+
+def advice(shared_kappa: bool) -> str:
+    """Return what the warning of :class:`DirichletVMFMixture` advises (not what is set)."""
+    tries = "fewer topics or a lower kappa_max"
+    if not shared_kappa:
+        tries = "shared_kappa=True (one concentration for all topics), " + tries
+    return (
+        "Topics collapsed onto single word types or a near-uniform background topic make poor "
+        f"document features: try {tries}."
+    )
 
 
 def word_types(X) -> tuple[np.ndarray, int]:

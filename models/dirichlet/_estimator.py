@@ -626,7 +626,7 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         _guards.warn_components(
             diagnosis,
             type(self).__name__,
-            _degeneracy.ADVICE,
+            _degeneracy.advice(bool(self.shared_kappa)),
             n_runs=n_runs,
             n_degenerate_runs=n_degenerate,
             stacklevel=stacklevel,

@@ -446,7 +446,8 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
             warnings.warn(
                 f"{type(self).__name__}.partial_fit: the M-step of this chunk degenerated ("
                 f"{_mixture.describe_status(self.status_)}); the previous parameters are kept. "
-                "Try larger chunks, a smaller beta or shared_kappa=True.",
+                "Try larger chunks, a smaller beta"
+                + ("." if self.shared_kappa else " or shared_kappa=True."),
                 _mixture.DegenerateRunWarning,
                 stacklevel=2,
             )
@@ -518,13 +519,17 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
             _guards.warn_components(
                 kept,
                 type(self).__name__,
-                "Try shared_kappa=True, fewer components or more restarts (n_init).",
+                "Try "
+                + ("" if self.shared_kappa else "shared_kappa=True, ")
+                + "fewer components or more restarts (n_init).",
                 n_runs=n_runs,
                 n_degenerate_runs=n_degenerate,
                 stacklevel=6,
             )
         else:
-            _mixture.warn_degenerate(statuses, type(self).__name__, stacklevel=6)
+            _mixture.warn_degenerate(
+                statuses, type(self).__name__, stacklevel=6, shared_kappa=bool(self.shared_kappa)
+            )
         if self.status_ == Status.OK and not self.converged_ and self.max_iter > 0:
             warnings.warn(
                 f"{type(self).__name__}: the best of {n_runs} runs did not converge "
