@@ -260,6 +260,33 @@ def test_each_empirical_bayes_update_increases_the_bound(fits, sample):
             assert value <= best[name] + 1e-9 * abs(best[name]), (name, field)
 
 
+@pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize(
+    ("case", "options"),
+    [("identical rows", {}), ("tight clusters", dict(kappa_update="bounding", shared_kappa=False))],
+)
+def test_concentrations_stop_at_the_cap(case, options):
+    """Identical rows, or clusters 1e-6 wide, make q(kappa)'s target grow without bound:
+    kappa reached 1e33-1e42 and weights, bound and scores were NaN (a helper's audit, on
+    both schemes). Now q(kappa) stays at the cap (1e6, as collapsed Gibbs and the classical
+    mixture's default), everything is finite, and the components are reported at the cap."""
+    rng = np.random.default_rng(0)
+    if case == "identical rows":
+        X, k = np.tile([[0.3, 0.4, 0.5]], (30, 1)), 1
+    else:
+        mus = rng.normal(size=(3, 10))
+        X, k = np.repeat(mus, 40, axis=0) + 1e-6 * rng.normal(size=(120, 10)), 3
+    with pytest.warns(bayesvmf.DegenerateRunWarning, match="reached the concentration cap"):
+        model = BayesianVMFMixture(k, random_state=0, **options).fit(X)
+    assert model.degenerate_components_.tolist() == list(range(k))
+    assert np.all(model.concentrations_ <= 1.0001 * _mixture.KAPPA_MAX)
+    assert np.all(model.concentrations_ >= _kappa.REPORTED_CAP)
+    scores = model.score_samples(X)
+    assert np.isfinite(model.lower_bounds_).all() and np.isfinite(scores).all()
+    assert np.isfinite(model.weights_).all()
+    assert model.lower_bound_ <= scores.mean()  # (was 1.8e7 per row against a score of 32)
+
+
 def test_max_iter_is_at_least_one(sample):
     """max_iter=0 used to leave the fit at its start with a bound of -inf and no warning;
     the Bayesian family's bound is the bound after an iteration (H- and T-vMFmix refused 0

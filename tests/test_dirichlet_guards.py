@@ -252,7 +252,6 @@ def test_a_degenerate_restart_is_never_kept(rng, monkeypatch):
 def test_advice_leaves_out_what_is_set():
     """The warning advised shared_kappa=True to a model that had it (the default; a helper's
     audit)."""
-    from bayesvmf.models.dirichlet import _degeneracy
 
     assert "shared_kappa=True" not in _degeneracy.advice(True)
     assert "try shared_kappa=True (one concentration for all topics), " in _degeneracy.advice(False)

@@ -665,7 +665,9 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         # effective rows N_k^2 / sum_i lambda_ik^2 (_guards.effective_counts from the sums)
         effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
         diagnoses = [
-            _guards.diagnose(c, n_rows=data.shape[0], kappa=k, effective_rows=e)
+            _guards.diagnose(
+                c, n_rows=data.shape[0], kappa=k, kappa_max=_kappa.REPORTED_CAP, effective_rows=e
+            )
             for c, k, e in zip(counts, kappa, effective, strict=True)
         ]
         best = _guards.select_run(bounds, diagnoses, float(self.tol))

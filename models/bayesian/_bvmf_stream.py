@@ -24,6 +24,7 @@ from bayesvmf import _blocks, _guards
 from bayesvmf._base import make_key
 from bayesvmf.exceptions import DegenerateRunWarning
 from bayesvmf.models.bayesian._bvmf_vi import svi_step
+from bayesvmf.models.bayesian._kappa import REPORTED_CAP
 
 __all__ = ["partial_fit"]
 
@@ -77,6 +78,7 @@ def partial_fit(model, X, n_samples):
         online.resp_sum,
         n_rows=step.n_total,
         kappa=online.post.kappa.mean_kappa,
+        kappa_max=REPORTED_CAP,
         effective_rows=np.maximum(np.asarray(effective), np.asarray(online.resp_sum)),
     )
     model._report_guards(diag, 0, 1, stacklevel=4)

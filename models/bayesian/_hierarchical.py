@@ -27,6 +27,7 @@ from bayesvmf.models.bayesian._hierarchical_vi import (
     _vi_step,
     initial_state,
 )
+from bayesvmf.models.bayesian._kappa import REPORTED_CAP
 from bayesvmf.models.bayesian._shared import (
     SHARED_CONSTRAINTS,
     check_direction,
@@ -351,7 +352,9 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             counts, square = np.asarray(stats.resp_sum), np.asarray(stats.resp_square)
             # effective rows N_l^2 / sum_i lambda_il^2 (_guards.effective_counts from the sums)
             effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
-            return _guards.diagnose(counts, n_rows=n, kappa=kappa, effective_rows=effective)
+            return _guards.diagnose(
+                counts, n_rows=n, kappa=kappa, kappa_max=REPORTED_CAP, effective_rows=effective
+            )
 
         advice = (
             "Try fewer leaves (another tree) or another random_state."

@@ -115,6 +115,16 @@ prior appears once, so the bound counts KL(q(kappa) || prior) once for the poole
 (:func:`kl_total`). The bounding ascent is monotone in the pooled objective, which is the
 part of the bound that depends on the shared q(kappa): the bound stays monotone.
 
+**The cap** :data:`LOG_KAPPA_MAX` (log of ``bayesvmf._mixture.KAPPA_MAX`` = 1e6, the
+classical mixture's default ``kappa_max`` and collapsed Gibbs's cap). Rows that coincide, or
+a cluster tighter than any real one, make the target increase without bound in t: kappa
+grew to 1e33-1e42 and the fits ended with NaN weights, bounds and scores (a helper's audit,
+session 27). Both schemes keep log kappa at or below the cap: the sampling scheme's target is
+-inf above it (its mode search stops there, proposals above are rejected): q(kappa) is
+the optimal factor restricted to kappa <= KAPPA_MAX; the bounding scheme's ascent projects
+a onto a <= LOG_KAPPA_MAX (each step still never decreases F_j, now over that set). A
+concentration held there is reported at the cap (the models' degeneracy diagnosis).
+
 ``state`` is (J,) for sampling (where the next call's mode search starts: the mean log
 kappa of the draws) and (J, 2) for bounding ((a, log b)). ``weight``, ``dot`` are (J,);
 ``m``, ``s2`` scalars or (J,). ``d``, ``num_samples``, ``num_warmup``, ``num_steps``,
@@ -247,6 +257,15 @@ def log_target(log_kappa, weight, dot, m, s2, *, d: int):
 #: Newton iterations locating the mode of h (the start of every MH chain).
 MODE_NEWTON_STEPS = 12
 
+#: The cap on log kappa of both schemes (module docstring, "The cap").
+LOG_KAPPA_MAX = math.log(_mixture.KAPPA_MAX)
+
+#: What the models' degeneracy diagnosis takes for the cap (``kappa_max`` of
+#: :func:`bayesvmf._guards.diagnose`): a q(kappa) held at the cap has E[kappa] a little below
+#: it (the sampling scheme's draws lie below the cap: 0.96-0.998 of it on identical or
+#: 1e-6-tight rows), so a mean within 10% of the cap counts as at the cap.
+REPORTED_CAP = 0.9 * _mixture.KAPPA_MAX
+
 
 def _mode_and_precision(log_kappa, weight, dot, m, s2, d):
     """Mode of h(t) by safeguarded Newton from ``log_kappa``, and the Laplace precision there.
@@ -272,11 +291,10 @@ def _mode_and_precision(log_kappa, weight, dot, m, s2, d):
         first, second = derivatives(t)
         newton = jnp.where(second < 0, -first / jnp.minimum(second, -1e-300), jnp.sign(first))
         step = jnp.clip(jnp.where(jnp.isfinite(newton), newton, 0.0), -1.0, 1.0)
-        return t + step, second
+        return jnp.minimum(t + step, LOG_KAPPA_MAX), second  # (the mode on t <= the cap)
 
-    t, second = jax.lax.fori_loop(
-        0, MODE_NEWTON_STEPS, body, (log_kappa, jnp.zeros_like(log_kappa))
-    )
+    start = jnp.minimum(log_kappa, LOG_KAPPA_MAX)
+    t, second = jax.lax.fori_loop(0, MODE_NEWTON_STEPS, body, (start, jnp.zeros_like(start)))
     precision = jnp.where(jnp.isfinite(second), jnp.maximum(-second, 1.0 / s2), 1.0 / s2)
     return t, precision
 
@@ -303,8 +321,9 @@ def _mh_chains(rng_key, state, weight, dot, m, s2, d, num_samples, num_warmup, s
         kappa = jnp.exp(t)
         log_c = _mixture.log_normalizer(d, kappa)
         lp = weight * log_c + kappa * dot - 0.5 * (t - m) ** 2 / s2
-        # overflowing kappa gives nan or inf: such proposals are rejected
-        return jnp.where(jnp.isnan(lp), -jnp.inf, lp), log_c
+        # overflowing kappa gives nan or inf, and kappa above the cap is outside q's support:
+        # such proposals are rejected
+        return jnp.where(jnp.isnan(lp) | (t > LOG_KAPPA_MAX), -jnp.inf, lp), log_c
 
     # step 0 "proposes" the start itself (move = 0) from lp = -inf: it evaluates the target
     # at the start inside the scan (one call site of the special functions, not two); the
@@ -566,6 +585,8 @@ def kappa_bounding_update(
         # a trust region of 5 in each coordinate keeps exp(.) finite on the first tries
         direction = direction * jnp.minimum(1.0, 5.0 / jnp.max(jnp.abs(direction), axis=1))[:, None]
         candidates = p[None] + lengths[:, None, None] * direction[None]
+        # projected onto a <= LOG_KAPPA_MAX (the cap, module docstring)
+        candidates = candidates.at[..., 0].min(LOG_KAPPA_MAX)
         values = jax.vmap(lambda c: one(c, weight, dot, m, s2))(candidates)
         ok = values >= value[None]  # nan compares False: such candidates are never taken
         first = jnp.argmax(ok, axis=0)

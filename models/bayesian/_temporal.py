@@ -414,7 +414,13 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             # effective rows N_k^2 / sum_i lam_ik^2 (_guards.effective_counts from the sums)
             effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
             kappa = np.asarray(state.kappa.mean_kappa)
-            return _guards.diagnose(counts, n_rows=n, kappa=kappa, effective_rows=effective)
+            return _guards.diagnose(
+                counts,
+                n_rows=n,
+                kappa=kappa,
+                kappa_max=_kappa.REPORTED_CAP,
+                effective_rows=effective,
+            )
 
         advice = (
             "Try fewer components (n_components) or another random_state."
