@@ -58,6 +58,15 @@ BACKGROUND_KAPPA_RATIO = 0.25
 #: A component whose effective number of rows is below this is carried by one vector.
 SINGLE_CARRIER_ROWS = 1.5
 
+#: Two occupied components coincide when kappa (1 - mu_i . mu_j) is below this (kappa the
+#: larger of the two): their log densities then differ by less than 2 kappa (1 - mu_i . mu_j)
+#: anywhere on the sphere, so the data cannot tell them apart and the fit has one cluster
+#: fewer than it says. B-vMFmix(2) on 199 rows and one outlier ended with two identical
+#: means at weights 0.5 / 0.5 and every row in one cluster, without a warning (a helper's
+#: audit, session 27); distinct clusters of any fit seen here are farther apart by orders of
+#: magnitude.
+COINCIDENT_GAP = 1e-3
+
 
 class Diagnosis(NamedTuple):
     """The degeneracy diagnosis of one fitted state (one entry per component)."""
@@ -74,6 +83,9 @@ class Diagnosis(NamedTuple):
     background: np.ndarray
     #: the concentrations diagnosed (``None`` when the model has none per component)
     kappa: np.ndarray | None
+    #: coincides with a component of lower index (the same mean direction: see
+    #: :data:`COINCIDENT_GAP`); all False when no mean directions were diagnosed
+    coincident: np.ndarray | None = None
 
     @property
     def collapsed(self) -> np.ndarray:
@@ -81,20 +93,25 @@ class Diagnosis(NamedTuple):
         return self.at_cap | self.single | self.background
 
     @property
+    def duplicates(self) -> np.ndarray:
+        """Boolean mask of the components that coincide with an earlier one."""
+        return np.zeros_like(self.empty) if self.coincident is None else self.coincident
+
+    @property
     def bad(self) -> np.ndarray:
-        """Boolean mask of the degenerate components: :attr:`collapsed` or empty."""
-        return self.collapsed | self.empty
+        """Boolean mask of the degenerate components: collapsed, a duplicate or empty."""
+        return self.collapsed | self.duplicates | self.empty
 
     @property
     def degenerate(self) -> bool:
-        """Whether a component collapsed, sits on one vector or is a background.
+        """Whether a component collapsed, sits on one vector, is a background or a duplicate.
 
         Such a run is not selected while a healthy one exists (:func:`select_run`). Empty
         components alone do not make a run degenerate: a Bayesian mixture's prior empties
         the components the data do not need (at a higher bound), and EM reports a vanishing
         component through its status; they are reported and warned about all the same.
         """
-        return bool(self.collapsed.any())
+        return bool((self.collapsed | self.duplicates).any())
 
     @property
     def n_occupied(self) -> int:
@@ -119,6 +136,11 @@ class Diagnosis(NamedTuple):
         named = (
             (self.at_cap, "reached the concentration cap kappa_max (collapsed)"),
             (self.single & ~self.at_cap, "are carried by a single distinct vector"),
+            (
+                self.duplicates & ~self.empty,
+                "coincide with a component of lower index (the same mean direction: one "
+                "cluster fitted twice)",
+            ),
             (self.empty, "are empty"),
         )
         for mask, text in named:
@@ -148,6 +170,7 @@ def diagnose(
     kappa=None,
     kappa_max: float | None = None,
     effective_rows=None,
+    mean_directions=None,
 ) -> Diagnosis:
     """Diagnose one fitted state.
 
@@ -168,6 +191,9 @@ def diagnose(
     effective_rows : array of shape (K,), optional
         :func:`effective_counts` of the responsibilities (or of the expected counts per
         distinct vector, e.g. per word type).
+    mean_directions : array of shape (K, d), optional
+        The unit mean directions; with ``kappa`` they flag occupied components that
+        coincide with an earlier occupied one (:data:`COINCIDENT_GAP`).
     """
     counts = np.asarray(counts, dtype=np.float64).reshape(-1)
     n_components = counts.size
@@ -195,7 +221,15 @@ def diagnose(
     if effective_rows is not None:
         effective_rows = np.asarray(effective_rows, dtype=np.float64).reshape(-1)
         single = (effective_rows < SINGLE_CARRIER_ROWS) & ~empty
-    return Diagnosis(shares, empty, at_cap, single, background, kappa)
+    coincident = no.copy()
+    if mean_directions is not None and kappa is not None:
+        mu = np.asarray(mean_directions, dtype=np.float64).reshape(n_components, -1)
+        gap = 1.0 - mu @ mu.T  # 1 - cos, exact enough: a coincident pair's is ~0
+        scale = np.maximum(kappa[:, None], kappa[None, :])
+        close = (scale * gap < COINCIDENT_GAP) & np.tri(n_components, k=-1, dtype=bool)
+        close &= ~empty[:, None] & ~empty[None, :]
+        coincident = close.any(axis=1)
+    return Diagnosis(shares, empty, at_cap, single, background, kappa, coincident)
 
 
 def select_run(bounds, diagnoses, margin: float) -> int:

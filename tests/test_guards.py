@@ -124,3 +124,24 @@ def test_select_run_ignores_healthy_runs_without_a_finite_bound():
     healthy = _guards.diagnose([50.0, 50.0], n_rows=100)
     collapsed = _guards.diagnose([50.0, 50.0], n_rows=100, kappa=[1e6, 10.0], kappa_max=1e6)
     assert _guards.select_run([-np.inf, -5.0], [healthy, collapsed], 0.0) == 1
+
+
+def test_coinciding_components_are_flagged():
+    """Two occupied components with the same mean direction (kappa (1 - cos) < 1e-3) are one
+    cluster fitted twice: the later one is flagged, its run is degenerate and the warning says
+    so. B-vMFmix(2) ended so on 199 rows and an outlier, with every row in one cluster and
+    no warning (a helper's audit)."""
+    mu = np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    kappa = np.array([50.0, 50.0, 50.0])
+    diagnosis = _guards.diagnose([100, 100, 50], n_rows=250, kappa=kappa, mean_directions=mu)
+    assert diagnosis.duplicates.tolist() == [False, True, False] and diagnosis.degenerate
+    assert "components [1] coincide with a component of lower index" in diagnosis.describe()
+    # apart by more than the gap (kappa (1 - cos) = 0.05), or without directions: not flagged
+    apart = mu.copy()
+    apart[1] = [np.cos(0.045), np.sin(0.045), 0.0]
+    counts = [100, 100, 50]
+    assert not _guards.diagnose(counts, n_rows=250, kappa=kappa, mean_directions=apart).degenerate
+    assert not _guards.diagnose(counts, n_rows=250, kappa=kappa).degenerate
+    # an empty component coinciding with an occupied one is reported empty only
+    empty = _guards.diagnose([250, 0, 0], n_rows=250, kappa=kappa, mean_directions=mu)
+    assert not empty.duplicates.any() and empty.empty.tolist() == [False, True, True]

@@ -662,13 +662,19 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         bounds = np.asarray(state.bound)
         counts, square = np.asarray(state.stats.resp_sum), np.asarray(state.stats.resp_square)
         kappa = np.asarray(state.post.kappa.mean_kappa)
+        psi = np.asarray(state.post.psi)
         # effective rows N_k^2 / sum_i lambda_ik^2 (_guards.effective_counts from the sums)
         effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
         diagnoses = [
             _guards.diagnose(
-                c, n_rows=data.shape[0], kappa=k, kappa_max=_kappa.REPORTED_CAP, effective_rows=e
+                c,
+                n_rows=data.shape[0],
+                kappa=k,
+                kappa_max=_kappa.REPORTED_CAP,
+                effective_rows=e,
+                mean_directions=mu,
             )
-            for c, k, e in zip(counts, kappa, effective, strict=True)
+            for c, k, e, mu in zip(counts, kappa, effective, psi, strict=True)
         ]
         best = _guards.select_run(bounds, diagnoses, float(self.tol))
         run, natural, dot = _kept_run(state, np.int64(best), d=data.shape[1])

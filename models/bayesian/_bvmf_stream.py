@@ -80,6 +80,7 @@ def partial_fit(model, X, n_samples):
         kappa=online.post.kappa.mean_kappa,
         kappa_max=REPORTED_CAP,
         effective_rows=np.maximum(np.asarray(effective), np.asarray(online.resp_sum)),
+        mean_directions=online.post.psi,
     )
     model._report_guards(diag, 0, 1, stacklevel=4)
     return model

@@ -440,6 +440,7 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
                 n_rows=float(step.n_total),
                 kappa=self.concentrations_,
                 kappa_max=float(self.kappa_max),
+                mean_directions=mu_host,
             ),
         )
         if self.status_ != Status.OK:
@@ -481,6 +482,7 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
                 kappa=state.kappa[i],
                 kappa_max=float(self.kappa_max),
                 effective_rows=effective_rows,
+                mean_directions=state.mu[i],
             )
 
         diagnoses = [diagnosis(i) for i in range(n_runs)]
