@@ -175,12 +175,19 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
 
     Attributes
     ----------
+    Every fit sets ``weights_``, ``mean_directions_``, ``concentrations_``, ``labels_``,
+    ``lower_bound_``, ``n_iter_``, ``converged_``, ``inference_``, ``n_features_in_`` and
+    the degeneracy attributes; the attributes from ``weight_concentration_`` to
+    ``n_steps_`` are of VI fits only, ``gibbs_*`` and ``rhat_kappa_`` of Gibbs fits only.
+
     weights_ : ndarray of shape (n_components,)
         E_q[pi] = rho / sum(rho).
     mean_directions_ : ndarray of shape (n_components, n_features)
         psi_k, the mode of q(mu_k) (E_q[mu_k] = A_d(gamma_k) psi_k).
     concentrations_ : ndarray of shape (n_components,)
-        E_q[kappa_k].
+        E_q[kappa_k], at most about 1e6 (the cap of q(kappa), :mod:`._kappa`).
+    labels_ : ndarray of shape (n_samples,)
+        The component of each training row (``fit_predict``'s result).
     weight_concentration_, mean_direction_concentration_ : ndarray of shape (n_components,)
         rho and gamma.
     kappa_mean_log_, kappa_var_log_, kappa_mean_log_c_ : ndarray of shape (n_components,)
@@ -220,9 +227,9 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         The largest fraction of the rows held by one component.
     degenerate_components_ : ndarray of int
         Components diagnosed degenerate (:mod:`bayesvmf._guards`): empty, carried by a
-        single row, at the concentration cap (Gibbs) or a near-uniform background component
-        (per-component kappa only). A :class:`~bayesvmf.exceptions.DegenerateRunWarning`
-        names them and what to try.
+        single row, at the concentration cap, coinciding with an earlier component (VI) or
+        a near-uniform background component (per-component kappa only). A
+        :class:`~bayesvmf.exceptions.DegenerateRunWarning` names them and what to try.
     n_degenerate_restarts_ : int
         Restarts (VI) or chains (Gibbs) whose final state was degenerate; VI keeps the best
         healthy restart when there is one.

@@ -128,6 +128,10 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
     ----------
     weights_ : ndarray of shape (L,)
         E[pi] = rho / sum(rho).
+    labels_ : ndarray of shape (n_samples,)
+        The leaf of each training row (``fit_predict``'s result).
+    lower_bound_, n_iter_, converged_, n_features_in_ : float, int, bool, int
+        The bound per row of the kept restart, its iterations, whether it converged, and d.
     mean_directions_, concentrations_ : ndarray of shapes (L, d), (L,)
         Leaf posterior mean directions psi_l and E[kappa_l].
     node_mean_directions_, node_mean_concentrations_ : ndarray of shapes (N, d), (N,)

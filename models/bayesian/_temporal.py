@@ -168,6 +168,10 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
     Attributes
     ----------
+    labels_ : ndarray of shape (n_samples,)
+        The cluster of each training row at its time (``fit_predict``'s result).
+    lower_bound_, n_iter_, converged_, n_features_in_ : float, int, bool, int
+        The bound per row of the kept restart, its iterations, whether it converged, and d.
     time_mean_directions_ : ndarray of shape (T, K, d)
         psi_tk, the mean direction of q(mu_tk).
     time_mean_concentrations_ : ndarray of shape (T, K)
