@@ -59,12 +59,12 @@ BACKGROUND_KAPPA_RATIO = 0.25
 SINGLE_CARRIER_ROWS = 1.5
 
 #: Two occupied components coincide when kappa (1 - mu_i . mu_j) is below this (kappa the
-#: larger of the two): their log densities then differ by less than 2 kappa (1 - mu_i . mu_j)
-#: anywhere on the sphere, so the data cannot tell them apart and the fit has one cluster
-#: fewer than it says. B-vMFmix(2) on 199 rows and one outlier ended with two identical
-#: means at weights 0.5 / 0.5 and every row in one cluster, without a warning (a helper's
-#: audit, session 27); distinct clusters of any fit seen here are farther apart by orders of
-#: magnitude.
+#: larger of the two): the angle between their means is then below sqrt(2e-3 / kappa), under
+#: 5% of either component's angular spread 1 / sqrt(kappa), so the data cannot tell them
+#: apart and the fit has one cluster fewer than it says. B-vMFmix(2) on 199 rows and one
+#: outlier ended with two identical means at weights 0.5 / 0.5 and every row in one
+#: cluster, without a warning (a helper's audit, session 27); distinct clusters of any fit
+#: seen here are farther apart by orders of magnitude.
 COINCIDENT_GAP = 1e-3
 
 
@@ -134,7 +134,7 @@ class Diagnosis(NamedTuple):
                 "(a near-uniform background component)"
             )
         named = (
-            (self.at_cap, "reached the concentration cap kappa_max (collapsed)"),
+            (self.at_cap, "reached the concentration cap (collapsed)"),
             (self.single & ~self.at_cap, "are carried by a single distinct vector"),
             (
                 self.duplicates & ~self.empty,

@@ -268,8 +268,9 @@ def test_each_empirical_bayes_update_increases_the_bound(fits, sample):
 def test_concentrations_stop_at_the_cap(case, options):
     """Identical rows, or clusters 1e-6 wide, make q(kappa)'s target grow without bound:
     kappa reached 1e33-1e42 and weights, bound and scores were NaN (a helper's audit, on
-    both schemes). Now q(kappa) stays at the cap (1e6, as collapsed Gibbs and the classical
-    mixture's default), everything is finite, and the components are reported at the cap."""
+    both schemes). Now q(kappa) stays at the cap (1e6, the classical mixture's default
+    kappa_max), everything is finite, and the components are reported at the cap. H-vMFmix
+    (the same update) from its start at 1e12 on identical rows: brought to the cap too."""
     rng = np.random.default_rng(0)
     if case == "identical rows":
         X, k = np.tile([[0.3, 0.4, 0.5]], (30, 1)), 1
@@ -285,6 +286,13 @@ def test_concentrations_stop_at_the_cap(case, options):
     assert np.isfinite(model.lower_bounds_).all() and np.isfinite(scores).all()
     assert np.isfinite(model.weights_).all()
     assert model.lower_bound_ <= scores.mean()  # (was 1.8e7 per row against a score of 32)
+    if case == "identical rows":
+        from bayesvmf.models import HierarchicalVMFMixture
+
+        with pytest.warns(bayesvmf.DegenerateRunWarning, match="reached the concentration cap"):
+            tree = HierarchicalVMFMixture(n_components=1, kappa_update="bounding").fit(X)
+        assert np.all(tree.node_log_kappa_mean_ <= np.log(_mixture.KAPPA_MAX) + 1e-12)
+        assert np.isfinite(tree.score_samples(X)).all()
 
 
 def test_max_iter_is_at_least_one(sample):

@@ -146,7 +146,7 @@ def test_topic_collapsed_on_a_frequent_word_warns(rng):
     assert model.degenerate_components_.tolist() == [k]
     assert model.n_degenerate_restarts_ == 2
     message = str(record[0].message)
-    assert f"components [{k}] reached the concentration cap kappa_max (collapsed)" in message
+    assert f"components [{k}] reached the concentration cap (collapsed)" in message
     assert "All 2 restarts degenerated" in message
     assert "try shared_kappa=True" in message
     assert model.n_occupied_components_ == 4

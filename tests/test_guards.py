@@ -79,7 +79,7 @@ def test_warning_names_components_and_advice():
             collapsed, "Model", "Try shared_kappa=True.", n_runs=3, n_degenerate_runs=3
         )
     assert str(record[0].message) == (
-        "Model: components [0] reached the concentration cap kappa_max (collapsed). "
+        "Model: components [0] reached the concentration cap (collapsed). "
         "All 3 restarts degenerated; the best of them is kept. Try shared_kappa=True."
     )
     healthy = _guards.diagnose([50.0, 50.0], n_rows=100)

@@ -185,7 +185,8 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
     mean_directions_ : ndarray of shape (n_components, n_features)
         psi_k, the mode of q(mu_k) (E_q[mu_k] = A_d(gamma_k) psi_k).
     concentrations_ : ndarray of shape (n_components,)
-        E_q[kappa_k], at most about 1e6 (the cap of q(kappa), :mod:`._kappa`).
+        E_q[kappa_k]. VI keeps E_q[log kappa_k] at most log 1e6 (the cap of q(kappa),
+        :mod:`._kappa`); collapsed Gibbs caps kappa at 1e7.
     labels_ : ndarray of shape (n_samples,)
         The component of each training row (``fit_predict``'s result).
     weight_concentration_, mean_direction_concentration_ : ndarray of shape (n_components,)

@@ -116,14 +116,16 @@ prior appears once, so the bound counts KL(q(kappa) || prior) once for the poole
 part of the bound that depends on the shared q(kappa): the bound stays monotone.
 
 **The cap** :data:`LOG_KAPPA_MAX` (log of ``bayesvmf._mixture.KAPPA_MAX`` = 1e6, the
-classical mixture's default ``kappa_max`` and collapsed Gibbs's cap). Rows that coincide, or
-a cluster tighter than any real one, make the target increase without bound in t: kappa
+classical mixture's default ``kappa_max``; collapsed Gibbs caps kappa at 1e7). Rows that
+coincide, or a cluster tighter than any real one, make the target increase without bound in t: kappa
 grew to 1e33-1e42 and the fits ended with NaN weights, bounds and scores (a helper's audit,
 session 27). Both schemes keep log kappa at or below the cap: the sampling scheme's target is
 -inf above it (its mode search stops there, proposals above are rejected): q(kappa) is
 the optimal factor restricted to kappa <= KAPPA_MAX; the bounding scheme's ascent projects
-a onto a <= LOG_KAPPA_MAX (each step still never decreases F_j, now over that set). A
-concentration held there is reported at the cap (the models' degeneracy diagnosis).
+a = E[log kappa] onto a <= LOG_KAPPA_MAX, from a start brought there (each step still never
+decreases F_j, now over that set; E[kappa] = exp(a + b/2) may exceed 1e6 by the factor
+exp(b/2)). A concentration held there is reported at the cap (the models' degeneracy
+diagnosis).
 
 ``state`` is (J,) for sampling (where the next call's mode search starts: the mean log
 kappa of the draws) and (J, 2) for bounding ((a, log b)). ``weight``, ``dot`` are (J,);
@@ -597,6 +599,9 @@ def kappa_bounding_update(
         value = jnp.where(any_ok, picked_value, value)
         return (p, value), None
 
+    # a start above the cap (H- and T-vMFmix start from the rows' rbar, uncapped: 1e12 on
+    # identical rows) is brought to it first, or no clipped candidate would ever be accepted
+    state = state.at[..., 0].min(LOG_KAPPA_MAX)
     value0 = one(state, weight, dot, m, s2)
     (state, value), _ = jax.lax.scan(step, (state, value0), None, length=num_steps)
     return moments_from_state(state, "bounding", d=d), value
