@@ -94,17 +94,40 @@ def _json_value(name: str, value: Any) -> Any:
         value = value.tolist()
     if _is_json(value):
         return list(value) if isinstance(value, tuple) else value
-    if isinstance(value, np.random.RandomState):
-        state = value.get_state(legacy=False)
-        state["state"]["key"] = state["state"]["key"].tolist()
-        return {"numpy_random_state": "RandomState", "state": state}
-    if isinstance(value, np.random.Generator):
-        return {"numpy_random_state": "Generator", "state": value.bit_generator.state}
+    if isinstance(value, np.random.RandomState | np.random.Generator):
+        kind = type(value).__name__
+        if kind == "RandomState":
+            state = value.get_state(legacy=False)
+        else:
+            state = value.bit_generator.state
+        if state.get("bit_generator") in _BIT_GENERATORS:
+            return {"numpy_random_state": kind, "state": _encode_arrays(state)}
     raise ValueError(
         f"cannot save {name}={value!r}: only None, bool, int, float, str, lists of them, "
         "numeric arrays and NumPy random states are stored (a JAX key as random_state cannot "
         "be saved: pass an int, or save its seed)."
     )
+
+
+def _encode_arrays(value):
+    """Return a bit generator's state with its arrays as ``{"ndarray": [...], "dtype": ...}``."""
+    if isinstance(value, dict):
+        return {key: _encode_arrays(item) for key, item in value.items()}
+    if isinstance(value, np.ndarray):
+        return {"ndarray": value.tolist(), "dtype": value.dtype.str}
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _decode_arrays(value):
+    """Invert :func:`_encode_arrays` (only unsigned and signed integer dtypes are rebuilt)."""
+    if isinstance(value, dict):
+        if set(value) == {"ndarray", "dtype"}:
+            dtype = np.dtype(value["dtype"])
+            if dtype.kind not in "iu":
+                raise ValueError(f"a random state holds no {dtype} array")
+            return np.asarray(value["ndarray"], dtype=dtype)
+        return {key: _decode_arrays(item) for key, item in value.items()}
+    return value
 
 
 def _is_json(value) -> bool:
@@ -122,18 +145,15 @@ def _random_state(value, where):
         name = state["bit_generator"]
         if name not in _BIT_GENERATORS or kind not in ("RandomState", "Generator"):
             raise ValueError(f"{kind}/{name} is not a NumPy random state")
+        state = _decode_arrays(state)
+        bit_generator = getattr(np.random, name)()
         if kind == "RandomState":
-            generator = np.random.RandomState()
-            state = {
-                **state,
-                "state": {**state["state"], "key": np.asarray(state["state"]["key"], np.uint32)},
-            }
+            generator = np.random.RandomState(bit_generator)
             generator.set_state(state)
             return generator
-        bit_generator = getattr(np.random, name)()
         bit_generator.state = state
         return np.random.Generator(bit_generator)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"{where}: corrupt random_state in the metadata ({exc}).") from exc
 
 

@@ -237,12 +237,24 @@ def test_unsaveable_random_state(tmp_path):
         save(SparseVMFMixture(2, random_state=jax.random.key(0)), tmp_path / "k.npz")
 
 
-@pytest.mark.parametrize("random_state", [np.random.RandomState(0), np.random.default_rng(0)])
+@pytest.mark.parametrize(
+    "random_state",
+    [np.random.RandomState(0), np.random.RandomState(np.random.PCG64(1))]
+    + [np.random.Generator(getattr(np.random, name)(2)) for name in ("MT19937", "PCG64")]
+    + [np.random.Generator(getattr(np.random, name)(3)) for name in ("PCG64DXSM", "Philox")]
+    + [np.random.Generator(np.random.SFC64(4))],
+    ids=lambda r: (
+        f"{type(r).__name__}-{type(r.bit_generator).__name__}"
+        if isinstance(r, np.random.Generator)
+        else "RandomState"
+    ),
+)
 def test_numpy_random_states_and_array_arguments_are_saved(tmp_path, random_state):
     """A NumPy RandomState or Generator (documented values of random_state) is saved as its
     state, and arrays given as init or mu0 as lists, which the estimators take alike (save
-    refused all three; a helper's audit). The loaded generator draws what the saved one
-    would have drawn next."""
+    refused all three; a helper's audit), with every bit generator of NumPy's (the states of
+    MT19937, Philox and SFC64 hold arrays, which JSON refused). The loaded generator draws
+    what the saved one would have drawn next."""
     from bayesvmf.models import TemporalVMFMixture
 
     labels = np.arange(12) % 2
