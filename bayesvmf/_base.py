@@ -759,33 +759,44 @@ class StreamingMixin:
             if stream:
                 raise ValueError(f"{names[0]} without its stream record")
             return
+        used: set[str] = set()
         try:
             record = json.loads(text)
-            online = _stream_tree(record["tree"], stream)
+            online = _stream_tree(record["tree"], stream, used)
             seen, steps, params = record["seen"], record["steps"], tuple(record["params"])
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as err:
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            ImportError,
+            RecursionError,
+        ) as err:  # (json.JSONDecodeError is a ValueError)
             raise ValueError(f"corrupt stream record: {err}") from None
-        if set(stream) != {name for name in names}:
-            raise ValueError("stream arrays do not match the stream record")
+        if used != set(stream):
+            raise ValueError(
+                f"the stream arrays {sorted(set(stream) ^ used)} do not match the stream record"
+            )
         self._online = online
         self._stream_of = params
         setattr(self, self._stream_seen, seen)
         self.n_steps_ = steps
 
 
-def _stream_tree(node, arrays: dict):
+def _stream_tree(node, arrays: dict, used: set):
     """Rebuild a stream tree described by :meth:`StreamingMixin._stream_state`.
 
-    Only named tuples of this package are built (a file cannot name another class), and
-    every array it names must be in ``arrays``.
+    Only named tuples defined in this package are built (a file cannot name another class),
+    and every array it names must be in ``arrays``; their names are added to ``used``.
     """
     if "array" in node:
+        used.add(node["array"])
         value = arrays[node["array"]]
         if "key" in node:
             return jax.random.wrap_key_data(value, impl=node["key"])
         return value
     if "tuple" in node:
-        return tuple(_stream_tree(child, arrays) for child in node["tuple"])
+        return tuple(_stream_tree(child, arrays, used) for child in node["tuple"])
     module_name, _, qualname = node["type"].partition(":")
     if not module_name.startswith("bayesvmf."):
         raise ValueError(f"stream type {node['type']!r} is not of this package")
@@ -794,4 +805,6 @@ def _stream_tree(node, arrays: dict):
         cls = getattr(cls, part)
     if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
         raise ValueError(f"stream type {node['type']!r} is not a named tuple")
-    return cls(*(_stream_tree(child, arrays) for child in node["fields"]))
+    if not cls.__module__.startswith("bayesvmf."):  # (a name the module imported)
+        raise ValueError(f"stream type {node['type']!r} is not of this package")
+    return cls(*(_stream_tree(child, arrays, used) for child in node["fields"]))

@@ -108,6 +108,20 @@ def test_a_saved_stream_goes_on_where_it_was(tmp_path):
     _rewrite(path, tmp_path / "bad.npz", __bayesvmf__=blob)
     with pytest.raises(ValueError, match="stream type 'os:PathLike' is not of this package"):
         load(tmp_path / "bad.npz")
+    # a module of the package that does not exist, and an array the record does not name
+    record["tree"]["tuple"][1] = {"type": "bayesvmf.nothing:Nothing", "fields": []}
+    meta["scalars"]["stream"] = json.dumps(record)
+    blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    _rewrite(path, tmp_path / "bad.npz", __bayesvmf__=blob)
+    with pytest.raises(ValueError, match="corrupt stream record: No module named"):
+        load(tmp_path / "bad.npz")
+    # (a file without digests: with them, the extra entry is refused by name first)
+    meta = _rewrite_meta(path)
+    meta.pop("digests")
+    blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    _rewrite(path, tmp_path / "extra.npz", __bayesvmf__=blob, **{"stream.99": np.zeros(2)})
+    with pytest.raises(ValueError, match=r"the stream arrays \['stream.99'\] do not match"):
+        load(tmp_path / "extra.npz")
 
 
 def test_round_trip_unfitted(tmp_path):
