@@ -416,6 +416,8 @@ def test_pipeline_passes_labels_where_weights_were(planted_fit):
     proportions = topics.fit_transform(docs, labels)
     np.testing.assert_array_equal(proportions, topics.transform(docs))
     assert topics.score(docs, labels) == topics.score(docs)
+    # a row of labels per document (multi-output) is y, not weights
+    assert topics.score(docs, np.stack([labels, labels, labels], axis=1)) == topics.score(docs)
     weights = [np.ones(4)] * 12
     for call in (topics.fit, topics.score):
         with pytest.raises(TypeError, match=r"pass per-vector weights by name, \w+\(docs, weights"):

@@ -59,15 +59,20 @@ def _check_y_is_not_weights(y, docs, method: str) -> None:
     """Refuse per-vector weights given where scikit-learn passes ``y`` (before: the 2nd argument).
 
     ``weights`` became keyword-only so that pipelines and scorers, which pass labels there,
-    work; a call written for the old order would otherwise have its weights ignored.
+    work; a call written for the old order would otherwise have its weights ignored. Only
+    a y shaped as weights (one 1-D array per document, as long as it) is refused: a label
+    per document, or a row of labels per document (multi-output), passes.
     """
     if y is None or isinstance(y, str | bytes):
         return
     try:
-        entries = list(y)
+        entries, sizes = list(y), [len(doc) for doc in docs]
     except TypeError:
         return
-    if len(entries) == len(docs) and any(np.ndim(entry) >= 1 for entry in entries):
+    if len(entries) == len(sizes) and all(
+        np.ndim(entry) == 1 and np.shape(entry)[0] == size
+        for entry, size in zip(entries, sizes, strict=True)
+    ):
         raise TypeError(
             f"{method}: the second argument is y (ignored), and it holds an array per "
             f"document: pass per-vector weights by name, {method}(docs, weights=...)"
