@@ -238,17 +238,17 @@ class BaseVMFEstimator(BaseEstimator):
     _fitted_check: tuple[str, ...] | None = None
 
     def __getstate__(self):
-        """Return scikit-learn's pickled state, with every JAX array of floats as a NumPy array.
+        """Return scikit-learn's pickled state, with every JAX array as a NumPy array.
 
-        A JAX float64 array unpickled in a process without ``jax_enable_x64`` (the default)
-        comes back float32: a pickled model's stream state (``_online``) did, and its next
+        A 64-bit JAX array unpickled in a process without ``jax_enable_x64`` (the default)
+        comes back 32-bit: a pickled model's stream state (``_online``) did, and its next
         ``partial_fit`` failed inside a jitted loop (float32 carry against float64) or, for
         B-vMFmix, went on from rounded statistics. NumPy arrays keep their dtype, and the
-        jitted steps take them as they are. PRNG keys and other arrays are left as they are.
+        jitted steps take them as they are. PRNG keys (no NumPy dtype) are left as they are.
         """
 
         def to_host(leaf):
-            if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jnp.floating):
+            if isinstance(leaf, jax.Array) and not jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
                 return np.asarray(leaf)
             return leaf
 

@@ -64,6 +64,9 @@ def partial_fit(model, X, n_samples):
             shared_kappa=bool(model.shared_kappa),
             **model._static(),
         )
+        # the clusters of the rows of an earlier fit do not describe the moved model (as
+        # SparseVMFMixture.partial_fit); a call that raised above left them
+        model.__dict__.pop("labels_", None)
         model._stream_commit(online, step.n_seen, step.n_steps)
         model._set_posterior(online, accept, jax.random.fold_in(key, step.n_steps))
     model.inference_ = "vi"
