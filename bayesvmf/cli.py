@@ -270,17 +270,31 @@ def info_command(args) -> None:
     _say(f"{args.model_file}: {type(model).__module__}.{type(model).__qualname__}")
     _say("parameters:")
     for key, value in model.get_params().items():
-        _say(f"  {key} = {value!r}")
+        _say(f"  {key} = {_short(value)}")
     arrays, scalars = model._get_state()
     _say("fitted attributes:" if arrays or scalars else "not fitted")
+    # the stream of partial_fit, in one line (its record and arrays are not for reading)
+    stream = [key for key in arrays if key.startswith("stream.")]
+    if scalars.pop("stream", None) is not None:
+        _say(f"  the stream of partial_fit ({len(stream)} arrays): partial_fit goes on from it")
+    for key in stream:
+        arrays.pop(key)
     for key, value in scalars.items():
-        _say(f"  {key} = {value!r}")
+        _say(f"  {key} = {_short(value)}")
     for key, value in arrays.items():
         value = np.asarray(value)
         preview = ""
         if value.ndim == 1 and value.size <= 10 and value.dtype.kind in "biuf":
             preview = " " + np.array2string(value, precision=4, separator=", ")
         _say(f"  {key}: {value.dtype} array of shape {value.shape}{preview}")
+
+
+def _short(value) -> str:
+    """``repr(value)``, a long list (feature names, init labels) as its length and first items."""
+    if isinstance(value, list | tuple) and len(value) > 10:
+        head = ", ".join(repr(item) for item in value[:5])
+        return f"[{head}, ...] ({len(value)} values)"
+    return repr(value)
 
 
 # ---------------------------------------------------------------------------------------

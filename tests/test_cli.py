@@ -318,6 +318,25 @@ def test_info_describes_a_saved_model(runs, capsys):
     assert "mean_directions_: float64 array of shape (3, 8)" in out
 
 
+def test_info_summarises_a_stream_and_long_lists(tmp_path, capsys):
+    """A streamed model's record and arrays are one line, long lists their length (info
+    printed the raw JSON of the stream and every feature name; review of the diff)."""
+    import pandas as pd
+
+    from bayesvmf import save
+    from bayesvmf.models import SparseVMFMixture
+
+    X = np.abs(np.random.default_rng(0).normal(size=(40, 12))) + np.repeat(np.eye(12)[:2], 20, 0)
+    frame = pd.DataFrame(X, columns=[f"word{i}" for i in range(12)])
+    save(SparseVMFMixture(2, random_state=0).partial_fit(frame), tmp_path / "m.npz")
+    assert cli.main(["info", str(tmp_path / "m.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "the stream of partial_fit (5 arrays): partial_fit goes on from it" in out
+    names = "['word0', 'word1', 'word2', 'word3', 'word4', ...] (12 values)"
+    assert f"feature_names_in_ = {names}" in out
+    assert "stream." not in out and '"tree"' not in out
+
+
 def test_path_on_npy_writes_criteria_and_the_best_model(runs):
     tmp, results = runs
     run = results["npy"]

@@ -121,7 +121,8 @@ def gibbs_z_sweep(rng_key, state: GibbsState, X, doc, hyper: GibbsHyper) -> Gibb
     (doc_topic, topic_count, _), z = lax.scan(
         body, (state.doc_topic, state.topic_count, state.resultant), (X, doc, state.z, keys)
     )
-    # the resultants again from z, exactly (one product, beside the sweep's K d per token):
+    # the resultants again from z, the same numbers whenever z is (one product, beside the
+    # sweep's K d per token):
     # the scan's -x then +x leave rounding behind, so mu drew a different last bit at every
     # sweep with every z unchanged (ArviZ's R-hat 1.15 and plot_trace failing on that noise)
     # and drifted over a long chain; the counts are integers, exact as they are
