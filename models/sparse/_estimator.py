@@ -158,7 +158,8 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         Largest fraction of the data held by one component of the kept run.
     degenerate_components_ : ndarray of int
         Components of the kept run that :func:`bayesvmf._guards.diagnose` finds degenerate
-        (empty, at ``kappa_max``, carried by one vector, a near-uniform background: then a
+        (empty, at ``kappa_max``, carried by one vector, a near-uniform background, or
+        coinciding with an earlier component: then a
         :class:`~bayesvmf.exceptions.DegenerateRunWarning` names them).
     n_degenerate_restarts_ : int
         Restarts that degenerated (a :class:`~bayesvmf._mixture.Status` or a degenerate
