@@ -100,26 +100,23 @@ def test_a_saved_stream_goes_on_where_it_was(tmp_path):
         back.mean_directions_, topics.partial_fit(docs[5:]).mean_directions_
     )
     # the record names the stream's classes; one outside the package is refused
-    meta = _rewrite_meta(path)
+    meta = _read_meta(path)
     record = json.loads(meta["scalars"]["stream"])
     record["tree"]["tuple"][1] = {"type": "os:PathLike", "fields": []}
     meta["scalars"]["stream"] = json.dumps(record)
-    blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-    _rewrite(path, tmp_path / "bad.npz", __bayesvmf__=blob)
+    _rewrite(path, tmp_path / "bad.npz", meta=meta)
     with pytest.raises(ValueError, match="stream type 'os:PathLike' is not of this package"):
         load(tmp_path / "bad.npz")
     # a module of the package that does not exist, and an array the record does not name
     record["tree"]["tuple"][1] = {"type": "bayesvmf.nothing:Nothing", "fields": []}
     meta["scalars"]["stream"] = json.dumps(record)
-    blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-    _rewrite(path, tmp_path / "bad.npz", __bayesvmf__=blob)
+    _rewrite(path, tmp_path / "bad.npz", meta=meta)
     with pytest.raises(ValueError, match="corrupt stream record: No module named"):
         load(tmp_path / "bad.npz")
     # (a file without digests: with them, the extra entry is refused by name first)
-    meta = _rewrite_meta(path)
+    meta = _read_meta(path)
     meta.pop("digests")
-    blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-    _rewrite(path, tmp_path / "extra.npz", __bayesvmf__=blob, **{"stream.99": np.zeros(2)})
+    _rewrite(path, tmp_path / "extra.npz", meta=meta, **{"stream.99": np.zeros(2)})
     with pytest.raises(ValueError, match=r"the stream arrays \['stream.99'\] do not match"):
         load(tmp_path / "extra.npz")
 
@@ -179,16 +176,19 @@ def test_corrupt_and_foreign_files(tmp_path, fitted):
     assert zipfile.is_zipfile(good)
 
 
-def _rewrite_meta(path) -> dict:
+def _read_meta(path) -> dict:
     """Return the JSON document of a saved file."""
     with np.load(path, allow_pickle=False) as f:
         return json.loads(f["__bayesvmf__"].tobytes())
 
 
-def _rewrite(path, out, **changes):
-    """Copy the npz file ``path`` to ``out`` with entries replaced (None: dropped)."""
+def _rewrite(path, out, meta=None, **changes):
+    """Copy the npz file ``path`` to ``out`` with entries replaced (None: dropped) and, given
+    ``meta``, that JSON document in place of the file's."""
     with np.load(path, allow_pickle=False) as f:
         entries = {name: f[name] for name in f.files}
+    if meta is not None:
+        changes["__bayesvmf__"] = np.frombuffer(json.dumps(meta).encode("utf-8"), np.uint8)
     for name, value in changes.items():
         if value is None:
             entries.pop(name)
@@ -224,11 +224,9 @@ def test_an_entry_changed_after_saving_is_refused_by_name(tmp_path, fitted):
     with pytest.raises(ValueError, match="the entry 'surprise' was not written by save"):
         load(tmp_path / "extra.npz")
     # a file of an earlier version, without digests, loads as before
-    with np.load(good) as f:
-        meta = json.loads(f["__bayesvmf__"].tobytes())
+    meta = _read_meta(good)
     del meta["digests"]
-    blob = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-    _rewrite(good, tmp_path / "old.npz", __bayesvmf__=blob)
+    _rewrite(good, tmp_path / "old.npz", meta=meta)
     np.testing.assert_array_equal(load(tmp_path / "old.npz").predict(X), model.predict(X))
 
 
