@@ -45,6 +45,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import logsumexp, xlogy
 
 from bayesvmf import _compile_cache, _mixture, _parallel, special
@@ -257,10 +258,12 @@ def _update_kappa_priors(key, kappa, weight, dot, rho, mean_mu, priors, cfg, emp
     return kappa, accept, priors
 
 
-def _iteration(s: VIState, data, cfg, empirical_bayes):
-    """One coordinate-ascent cycle of one run (module docstring)."""
-    d = data.shape[1]
-    n = data.shape[0]
+def _global_update(s: VIState, cfg, empirical_bayes):
+    """q(pi), q(mu), q(kappa) and the priors of one run from its last q(z) statistics.
+
+    Returns (the posterior, the priors, the MH acceptance, A_d(gamma)).
+    """
+    d = cfg[1]
     stats, priors = s.stats, s.priors
     rho = priors.alpha + stats.resp_sum
     psi, gamma = _update_mu(s.post.kappa.mean_kappa[:, None] * stats.resultant, priors)
@@ -277,18 +280,9 @@ def _iteration(s: VIState, data, cfg, empirical_bayes):
         cfg,
         empirical_bayes,
     )
-    post = Posterior(rho, psi, gamma, kappa)
-    wlp = _log_resp_unnormalised(data, post, a_gamma)
-    log_resp = wlp - logsumexp(wlp, axis=1, keepdims=True)
-    stats = _statistics(data, log_resp)
-    bound = elbo(post, stats, priors, d, a_gamma, cfg[-1]) / n
-    return post, stats, priors, bound, accept
+    return Posterior(rho, psi, gamma, kappa), priors, accept, a_gamma
 
 
-@persistent_jit(
-    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps", "shared_kappa"),
-    compiler_options=_mixture.JIT_OPTIONS,
-)
 def vi_step(
     state: VIState,
     data,
@@ -304,11 +298,14 @@ def vi_step(
 ):
     """Run one VI iteration of every active run of a batch (module docstring).
 
-    Runs that converged or reached ``max_iter`` are returned unchanged.
-
-    Jitted once per (data shape, batch size, scheme, static sizes); the numbers ``tol``,
-    ``max_iter``, ``empirical_bayes`` and the priors are traced, so nothing recompiles across
-    iterations, restarts or fits that differ only in those.
+    Runs that converged or reached ``max_iter`` are returned unchanged. Three compiled
+    programs, so that only the cheap one is compiled per number of rows:
+    :func:`global_step` (q(pi), q(mu), q(kappa), the priors: the special functions, most of
+    a step's compile time) and :func:`finish_step` (the bound, the convergence test) never
+    see the rows and are compiled once per (batch size, K, d, scheme, static sizes);
+    :func:`data_step` (q(z) and its statistics) is compiled per data shape. The numbers
+    ``tol``, ``max_iter``, ``empirical_bayes``, the row count and the priors are traced, so
+    nothing recompiles across iterations, restarts or fits that differ only in those.
 
     Parameters
     ----------
@@ -316,7 +313,8 @@ def vi_step(
         Batch of B runs.
     data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
         Row blocks on a mesh of devices (``devices=``) run the data pass on every device's
-        rows and add the statistics over devices (``psum``); the rest runs replicated.
+        rows and add the statistics over devices (``psum``); the other programs run on the
+        (replicated) statistics.
     tol : float64 scalar
         Convergence threshold on the change of the bound per row.
     max_iter : int64 scalar
@@ -336,27 +334,86 @@ def vi_step(
     any_active : jax.Array of bool
         Whether some run still needs iterations.
     """
-    _mixture.count_trace("bayesian.vi_step")
-    cfg = (scheme, data.shape[1], num_samples, num_warmup, num_steps, shared_kappa)
-    return data.map(
-        functools.partial(_vi_step_body, cfg=cfg), (state, tol, max_iter, empirical_bayes)
+    update = global_step(
+        state,
+        empirical_bayes,
+        scheme=scheme,
+        num_samples=num_samples,
+        num_warmup=num_warmup,
+        num_steps=num_steps,
+        shared_kappa=shared_kappa,
     )
+    stats = data_step(data, update[0], update[3])
+    n_rows = np.float64(data.shape[0])
+    return finish_step(state, update, stats, n_rows, tol, max_iter, shared_kappa=shared_kappa)
 
 
-def _vi_step_body(args, data, *, cfg):
-    """Body of :func:`vi_step` on plain data or on one block of rows (see ``data.map``)."""
-    state, tol, max_iter, empirical_bayes = args
+@persistent_jit(
+    static_argnames=("scheme", "num_samples", "num_warmup", "num_steps", "shared_kappa"),
+    compiler_options=_mixture.JIT_OPTIONS,
+)
+def global_step(
+    state: VIState,
+    empirical_bayes,
+    *,
+    scheme: str,
+    num_samples: int,
+    num_warmup: int,
+    num_steps: int,
+    shared_kappa: bool = False,
+):
+    """q(pi), q(mu), q(kappa) and the priors of every run of the batch (:func:`vi_step`).
 
-    def one(s: VIState):
+    Returns (posterior, priors, MH acceptance, A_d(gamma)), each with the batch axis first.
+    """
+    _mixture.count_trace("bayesian.global_step")
+    d = state.post.psi.shape[-1]
+    cfg = (scheme, d, num_samples, num_warmup, num_steps, shared_kappa)
+    return jax.vmap(lambda s: _global_update(s, cfg, empirical_bayes))(state)
+
+
+@persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
+def data_step(data, post: Posterior, a_gamma) -> Statistics:
+    """q(z) of every run at ``post`` and its statistics: one pass over the rows (vmapped).
+
+    On row blocks over devices every device computes its rows' statistics, added with
+    ``psum`` (:func:`_statistics`).
+    """
+    _mixture.count_trace("bayesian.data_step")
+    return data.map(_data_step_body, (post, a_gamma))
+
+
+def _data_step_body(args, data):
+    """Body of :func:`data_step` on plain data or on one block of rows (see ``data.map``)."""
+
+    def one(post, a_gamma):
+        wlp = _log_resp_unnormalised(data, post, a_gamma)
+        return _statistics(data, wlp - logsumexp(wlp, axis=1, keepdims=True))
+
+    return jax.vmap(one)(*args)
+
+
+@persistent_jit(static_argnames="shared_kappa", compiler_options=_mixture.JIT_OPTIONS)
+def finish_step(state: VIState, update, stats, n_rows, tol, max_iter, *, shared_kappa=False):
+    """Compute the bound per row of every run at its new factors, test convergence, update.
+
+    ``update`` is :func:`global_step`'s output, ``stats`` :func:`data_step`'s, ``n_rows``
+    the number of rows (traced, float64). Runs that had converged or reached ``max_iter``
+    keep their state. Returns (state, whether some run still needs iterations).
+    """
+    _mixture.count_trace("bayesian.finish_step")
+    d = state.post.psi.shape[-1]
+
+    def one(s: VIState, post, priors, accept, a_gamma, stats):
         active = (~s.converged) & (s.n_iter < max_iter)
-        post, stats, priors, bound, accept = _iteration(s, data, cfg, empirical_bayes)
+        bound = elbo(post, stats, priors, d, a_gamma, shared_kappa) / n_rows
         n_iter = s.n_iter + 1
         converged = jnp.abs(bound - s.bound) <= tol
         new = VIState(post, stats, priors, s.key, bound, accept, n_iter, converged)
         out = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
         return out, active & ~converged & (n_iter < max_iter)
 
-    new_state, active = jax.vmap(one)(state)
+    new_state, active = jax.vmap(one)(state, *update, stats)
     return new_state, jnp.any(active)
 
 

@@ -24,8 +24,8 @@ from bayesvmf.models.bayesian._hierarchical_vi import (
     _crisp,
     _leaf_log_predictive,
     _leaf_log_predictive_rows,
-    _vi_step,
     initial_state,
+    vi_step,
 )
 from bayesvmf.models.bayesian._kappa import REPORTED_CAP
 from bayesvmf.models.bayesian._shared import (
@@ -349,7 +349,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             return initial_state(tree, parents, d, stats, mu0, self), stats
 
         def step(key, state, stats):
-            return _vi_step(key, data, tree, state, stats, **static)
+            return vi_step(key, data, tree, state, stats, **static)
 
         def diagnose(state, stats):
             kappa = np.asarray(state.kappa.mean_kappa)[leaves_of(parents)]

@@ -98,9 +98,19 @@ from bayesvmf.models.bayesian._shared import (
 )
 from bayesvmf.models.bayesian._tree import Tree, leaves_of, node_depths
 
-__all__ = ["HState", "ZStats", "HInfo", "lower_bound", "e_step", "m_part", "vi_step"]
+__all__ = [
+    "HState",
+    "ZStats",
+    "HInfo",
+    "lower_bound",
+    "e_step",
+    "m_part",
+    "vi_step",
+    "m_step",
+    "e_step_rows",
+]
 
-#: The static arguments of :func:`vi_step`.
+#: The static arguments of :func:`vi_step` and :func:`m_step`.
 STATIC_ARGNAMES = ("scheme", "empirical_bayes", "num_samples", "num_steps", "shared_kappa")
 
 
@@ -287,37 +297,68 @@ def vi_step(
     """One VI iteration: q(pi), q(mu), q(kappa), priors given q(z), the bound, then q(z).
 
     The q(z) update closes the iteration (its statistics feed the next one), so the first
-    iteration starts from the crisp initial assignment and one program serves every
+    iteration starts from the crisp initial assignment and the same programs serve every
     iteration. Returns the new state, the new q(z) statistics and the bound at (new state,
     old q(z)); the next bound, after the q(z) update and the rest, is never lower.
 
-    With row blocks on a mesh of devices (``devices=``) the step runs under ``shard_map``:
-    every device updates q(z) of its rows and the statistics are added with ``psum``; the
-    rest (identical inputs) runs replicated.
+    Two compiled programs: :func:`m_step` (every update but q(z), and the bound) never sees
+    the rows, so it is compiled once per (tree, d) and not again per number of rows (the
+    special functions of q(kappa) and q(mu) are most of a step's compile time);
+    :func:`e_step_rows` updates q(z), the one program per data shape. With row blocks on a
+    mesh of devices (``devices=``) the q(z) update runs under ``shard_map``: every device
+    updates q(z) of its rows and the statistics are added with ``psum``; :func:`m_step`
+    runs on the (replicated) statistics.
     """
-    count_trace("hierarchical.vi_step")
-    body = functools.partial(
-        _vi_step_body,
+    state, info = m_step(
+        rng_key,
+        tree,
+        state,
+        stats,
         scheme=scheme,
         empirical_bayes=empirical_bayes,
         num_samples=num_samples,
         num_steps=num_steps,
         shared_kappa=shared_kappa,
     )
-    return data.map(body, (rng_key, tree, state, stats))
+    return state, e_step_rows(data, tree, state), info
 
 
-def _vi_step_body(args, data, **static):
-    """:func:`vi_step` on plain data or on one device's block of rows."""
-    rng_key, tree, state, stats = args
-    state = m_part(rng_key, tree, state, stats, **static)
-    info = HInfo(lower_bound(tree, state, stats, static["shared_kappa"]), stats.resp_sum)
-    return state, e_step(data, tree, state), info
-
-
-_vi_step = _compile_cache.jit(
-    vi_step, static_argnames=STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS
+@functools.partial(
+    _compile_cache.jit, static_argnames=STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS
 )
+def m_step(
+    rng_key,
+    tree: Tree,
+    state: HState,
+    stats: ZStats,
+    *,
+    scheme,
+    empirical_bayes,
+    num_samples,
+    num_steps,
+    shared_kappa=False,
+):
+    """Every update of :func:`vi_step` but q(z), and the bound (no row: compiled per tree, d)."""
+    count_trace("hierarchical.m_step")
+    state = m_part(
+        rng_key,
+        tree,
+        state,
+        stats,
+        scheme=scheme,
+        empirical_bayes=empirical_bayes,
+        num_samples=num_samples,
+        num_steps=num_steps,
+        shared_kappa=shared_kappa,
+    )
+    return state, HInfo(lower_bound(tree, state, stats, shared_kappa), stats.resp_sum)
+
+
+@functools.partial(_compile_cache.jit, compiler_options=_mixture.JIT_OPTIONS)
+def e_step_rows(data, tree: Tree, state: HState) -> ZStats:
+    """:func:`e_step` on plain data, or on every device's block of rows (``shard_map``)."""
+    count_trace("hierarchical.e_step")
+    return data.map(lambda args, block: e_step(block, *args), (tree, state))
 
 
 @functools.partial(_compile_cache.jit, compiler_options=_mixture.JIT_OPTIONS)

@@ -29,7 +29,7 @@ from bayesvmf.models.bayesian._temporal_vi import (
     _initial_statistics,
     _log_predictive_blocks,
     _log_predictive_jit,
-    _vi_step,
+    vi_step,
 )
 
 __all__ = ["check_times", "TemporalVMFMixture"]
@@ -410,7 +410,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             return self._initial_state(stats, mu0, d), stats
 
         def step(key, state, stats):
-            return _vi_step(key, data, t_dev, state, stats, **static)
+            return vi_step(key, data, t_dev, state, stats, **static)
 
         def diagnose(state, stats):
             counts = np.asarray(stats.resp_sum.sum(axis=0))

@@ -138,6 +138,8 @@ __all__ = [
     "e_step",
     "m_part",
     "vi_step",
+    "m_step",
+    "e_step_rows",
 ]
 
 #: How C0 is set at each iteration: kept ("fixed"), the bound's maximiser under mean field
@@ -452,16 +454,25 @@ def vi_step(
     c0_update="fixed",
     shared_kappa=False,
 ):
-    """One VI iteration (as in H-vMFmix: the q(z) update closes it).
+    """One VI iteration (as in H-vMFmix: the q(z) update closes it); two compiled programs.
 
+    :func:`m_step` updates every factor but q(z) and returns the bound at (new state, old
+    q(z)); it never sees the rows, so it is compiled once per (T, K, d) and not again per
+    number of rows (the special functions of q(kappa), q(mu) and C0 are most of a step's
+    compile time). :func:`e_step_rows` then updates q(z), the one program per data shape.
     With row blocks on a mesh of devices (``devices=``; ``times`` laid out like the rows by
-    ``data.row_array``) the step runs under ``shard_map``: every device
-    updates q(z) of its rows, the statistics are added with ``psum``, the rest runs
-    replicated.
+    ``data.row_array``) the q(z) update runs under ``shard_map``: every device updates q(z)
+    of its rows and the statistics are added with ``psum``; :func:`m_step` runs on the
+    (replicated) statistics.
+
+    Returns
+    -------
+    state : TState
+    stats : TStats
+        The q(z) statistics at the new state.
+    info : TInfo
     """
-    count_trace("temporal.vi_step")
-    body = functools.partial(
-        _vi_step_body,
+    static = dict(
         scheme=scheme,
         empirical_bayes=empirical_bayes,
         num_samples=num_samples,
@@ -469,20 +480,47 @@ def vi_step(
         c0_update=c0_update,
         shared_kappa=shared_kappa,
     )
-    return data.map(body, (rng_key, state, stats), times)
+    state, info = m_step(rng_key, state, stats, **static)
+    return state, e_step_rows(data, times, state), info
 
 
-def _vi_step_body(args, data, times, **static):
-    """:func:`vi_step` on plain data or on one device's block of rows."""
-    rng_key, state, stats = args
-    state = m_part(rng_key, state, stats, **static)
-    info = TInfo(lower_bound(state, stats, static["shared_kappa"]), stats.resp_sum.sum(axis=0))
-    return state, e_step(data, times, state), info
-
-
-_vi_step = _compile_cache.jit(
-    vi_step, static_argnames=STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS
+@functools.partial(
+    _compile_cache.jit, static_argnames=STATIC_ARGNAMES, compiler_options=_mixture.JIT_OPTIONS
 )
+def m_step(
+    rng_key,
+    state: TState,
+    stats: TStats,
+    *,
+    scheme,
+    empirical_bayes,
+    num_samples,
+    num_steps,
+    c0_update="fixed",
+    shared_kappa=False,
+):
+    """Every update of :func:`vi_step` but q(z), and the bound (no row: compiled per T, K, d)."""
+    count_trace("temporal.m_step")
+    state = m_part(
+        rng_key,
+        state,
+        stats,
+        scheme=scheme,
+        empirical_bayes=empirical_bayes,
+        num_samples=num_samples,
+        num_steps=num_steps,
+        c0_update=c0_update,
+        shared_kappa=shared_kappa,
+    )
+    info = TInfo(lower_bound(state, stats, shared_kappa), stats.resp_sum.sum(axis=0))
+    return state, info
+
+
+@functools.partial(_compile_cache.jit, compiler_options=_mixture.JIT_OPTIONS)
+def e_step_rows(data, times, state: TState) -> TStats:
+    """:func:`e_step` on plain data, or on every device's block of rows (``shard_map``)."""
+    count_trace("temporal.e_step")
+    return data.map(lambda state, block, times: e_step(block, times, state), state, times)
 
 
 @functools.partial(
