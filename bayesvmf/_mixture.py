@@ -73,6 +73,7 @@ __all__ = [
     "KAPPA_MAX",
     "solve_kappa",
     "log_normalizer",
+    "log_normalizers",
     "Status",
     "describe_status",
     "BaseVMFMixture",
@@ -231,6 +232,23 @@ def log_normalizer(n_features: int, kappa) -> jax.Array:
     Pure and traceable; ``n_features`` is a Python int (the branch is chosen at trace time).
     """
     return special.log_vmf_normalizer(int(n_features), jnp.asarray(kappa, jnp.float64))
+
+
+def log_normalizers(n_features: int, *kappas) -> tuple[jax.Array, ...]:
+    """Return :func:`log_normalizer` of each of ``kappas`` (arrays of any shapes), in one call.
+
+    The special function inlines a few hundred lines of HLO at every place a program calls
+    it, and XLA compiles each: one call on the concatenated values compiles once (a
+    posterior predictive density with three calls compiled in 0.71-1.05 s, with one in
+    0.35-0.42 s: d = 5, K = 3, 100-150 rows). The values are those of separate calls.
+    """
+    arrays = [jnp.asarray(k, jnp.float64) for k in kappas]
+    flat = log_normalizer(n_features, jnp.concatenate([a.ravel() for a in arrays]))
+    out, start = [], 0
+    for a in arrays:
+        out.append(flat[start : start + a.size].reshape(a.shape))
+        start += a.size
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------

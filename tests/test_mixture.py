@@ -166,6 +166,24 @@ def test_log_normalizer_matches_scipy():
     np.testing.assert_allclose(_mixture.log_normalizer(D, kappa), direct, rtol=1e-12)
 
 
+@pytest.mark.parametrize("d", [3, 50, 5000])
+def test_log_normalizers_equal_separate_calls(d):
+    # values over every branch of the special function (tiny, moderate, huge kappa), in
+    # arrays of three shapes; one call on the concatenation, compiled, against one call each
+    rng = np.random.default_rng(0)
+    kappas = [
+        np.array([0.0, 1e-8, 0.5]),
+        10.0 ** rng.uniform(-3, 6, size=(2, 1)),
+        10.0 ** rng.uniform(-3, 6, size=(4, 3, 5)),
+    ]
+    with jax.enable_x64(True):
+        together = jax.jit(lambda *k: _mixture.log_normalizers(d, *k))(*kappas)
+        for kappa, value in zip(kappas, together, strict=True):
+            alone = jax.jit(lambda k: _mixture.log_normalizer(d, k))(kappa)
+            assert value.shape == kappa.shape
+            np.testing.assert_allclose(value, alone, rtol=1e-14, atol=0)
+
+
 def test_resultants_dense_sparse_scipy_agree(X):
     resp = np.random.default_rng(4).dirichlet(np.ones(K), size=N)
     expected = sp.csr_matrix(X).T.dot(resp).T

@@ -700,11 +700,12 @@ def _log_predictive(data, rho, psi, gamma, kappa_draws, log_draw_weights):
     kappa = kappa_draws[:, None, :]  # (S, 1, K)
     norm_sq = kappa**2 + gamma**2 + 2.0 * kappa * gamma * cosines[None]
     norm = jnp.sqrt(jnp.maximum(norm_sq, 0.0))
-    log_c = _mixture.log_normalizer(d, jnp.append(kappa_draws, gamma[None], axis=0))
+    # one special-function call (one site to compile: this program is compiled per row count)
+    log_c_kappa, log_c_gamma, log_c_norm = _mixture.log_normalizers(d, kappa_draws, gamma, norm)
     terms = (
-        log_c[:-1, None, :]
-        + log_c[-1]
-        - _mixture.log_normalizer(d, norm)
+        log_c_kappa[:, None, :]
+        + log_c_gamma
+        - log_c_norm
         + log_draw_weights[:, None, None]
         + jnp.log(rho / jnp.sum(rho))
     )

@@ -102,12 +102,13 @@ def predictive_log_density(d: int, cos, gamma, mean_log_kappa, var_log_kappa):
     jax.Array of shape (n, K)
     """
     kappa, log_w = quadrature_log_kappa(mean_log_kappa, var_log_kappa)  # (K, Q)
-    log_c_kappa = _mixture.log_normalizer(d, kappa)  # (K, Q)
     gamma = gamma[..., None]  # (K, 1) or (n, K, 1)
     sq = kappa**2 + gamma**2 + 2.0 * kappa * gamma * cos[..., None]
     norm = jnp.sqrt(jnp.maximum(sq, 0.0))
-    terms = log_c_kappa + _mixture.log_normalizer(d, gamma) - _mixture.log_normalizer(d, norm)
-    return logsumexp(terms + log_w, axis=-1)
+    # one special-function call for the three (one site to compile: this program is
+    # compiled per number of rows)
+    log_c_kappa, log_c_gamma, log_c_norm = _mixture.log_normalizers(d, kappa, gamma, norm)
+    return logsumexp(log_c_kappa + log_c_gamma - log_c_norm + log_w, axis=-1)
 
 
 # --------------------------------------------------------------------------------------------

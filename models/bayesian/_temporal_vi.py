@@ -565,9 +565,10 @@ def forecast_concentration(d: int, gamma, C0, horizon):
     The law of mu_{t+h} when mu_t ~ vMF(psi, gamma) and each step is vMF(., C0), matched in
     its mean E[mu_{t+h}] = A_d(C0)^h A_d(gamma) psi (module docstring).
     """
-    rbar = special.mean_resultant_length(d, gamma) * special.mean_resultant_length(d, C0) ** (
-        horizon
-    )
+    # A_d of gamma and C0 in one call (one special-function site to compile)
+    gamma, C0 = jnp.asarray(gamma, jnp.float64), jnp.asarray(C0, jnp.float64)
+    a = special.mean_resultant_length(d, jnp.append(gamma.ravel(), C0))
+    rbar = a[:-1].reshape(gamma.shape) * a[-1] ** horizon
     return special.kappa_from_rbar(d, rbar)
 
 
