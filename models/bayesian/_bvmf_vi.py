@@ -27,9 +27,11 @@ code                   paper (sec. 3.1)
 ``priors``             :class:`._kappa.Priors` (alpha, mu0, C0, m, s2)
 =====================  ====================================================================
 
-One VI iteration (:func:`vi_step`, jitted once at module level, all restarts vmapped):
-rho, then q(mu), then q(kappa), then the empirical Bayes updates, then q(z) with one pass
-over the data (``X @ E[mu].T``) and the resultants (``lambda.T @ X``), then the bound. Each
+One VI iteration (:func:`vi_step`, all restarts vmapped): rho, then q(mu), then q(kappa),
+then the empirical Bayes updates (:func:`global_step`), then q(z) with one pass over the
+data (``X @ E[mu].T``) and the resultants (``lambda.T @ X``) (:func:`data_step`), then the
+bound (:func:`finish_step`): three programs, so that only the data pass is compiled per
+number of rows. Each
 update maximises the bound over its factor given the others (q(kappa) by bounding: increases
 it), so with ``kappa_update="bounding"`` the bound never decreases.
 
@@ -60,6 +62,9 @@ __all__ = [
     "Statistics",
     "elbo",
     "vi_step",
+    "global_step",
+    "data_step",
+    "finish_step",
     "StreamState",
     "svi_step",
 ]
