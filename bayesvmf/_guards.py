@@ -8,7 +8,11 @@ On real corpora a mixture can reach a high likelihood (or evidence bound) by deg
   ``(sum_i r_ik)^2 / sum_i r_ik^2``, is below 1.5);
 - a broad, near-uniform **background** component holds a large share of the data (its
   concentration is far below the other components' and it takes more than its share);
-- a component is **empty** (less than half a row's weight).
+- a component is **empty** (less than half a row's weight);
+- two occupied components **coincide** (one cluster fitted twice: kappa (1 - cos) of their
+  mean directions below :data:`COINCIDENT_GAP`). The models that pass their mean
+  directions: SparseVMFMixture, B-, H- and T-vMFmix (T-vMFmix each component's directions
+  at every time step); the Dirichlet model and k-MLE do not yet.
 
 Each model computes the shares (and, where it has them, the concentrations and effective
 counts) of its final state and calls :func:`diagnose`; :func:`select_run` keeps the best

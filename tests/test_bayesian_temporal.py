@@ -476,6 +476,32 @@ def test_background_component_warns():
     assert model.n_degenerate_restarts_ == 1
 
 
+def _one_cluster_and_an_outlier(d=10):
+    """199 rows around e_1 and one row at e_d: two components fit one cluster twice."""
+    rng = np.random.default_rng(0)
+    X = np.abs(np.eye(d)[0] + 0.2 * rng.normal(size=(199, d)))
+    return np.vstack([X, np.eye(d)[-1]])
+
+
+@pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")
+def test_coinciding_components_warn():
+    """With the defaults, two components on one cluster (and one far row) end with the same
+    mean direction at every time step (measured: weights 0.61 / 0.39 and every row in
+    component 0); the coincidence guard of _guards.diagnose gets each component's
+    directions over the time steps, and reports the later one."""
+    from bayesvmf.exceptions import DegenerateRunWarning
+
+    model = TemporalVMFMixture(2, random_state=0)
+    with pytest.warns(DegenerateRunWarning, match=r"components \[1\] coincide") as record:
+        model.fit(_one_cluster_and_an_outlier())
+    assert "TemporalVMFMixture" in str(record[0].message)
+    assert model.degenerate_components_.tolist() == [1]
+    assert np.bincount(model.labels_, minlength=2).tolist() == [200, 0]
+    # the two components' directions agree at every time step (here the one step)
+    psi = model.time_mean_directions_
+    assert np.einsum("td,td->t", psi[:, 0], psi[:, 1]) == pytest.approx(1.0, abs=1e-3)
+
+
 def test_healthy_fit_reports_no_degeneracy(fitted):
     assert fitted.degenerate_components_.size == 0
     assert fitted.n_occupied_components_ == K

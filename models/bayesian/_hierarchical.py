@@ -357,7 +357,12 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             # effective rows N_l^2 / sum_i lambda_il^2 (_guards.effective_counts from the sums)
             effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
             return _guards.diagnose(
-                counts, n_rows=n, kappa=kappa, kappa_max=REPORTED_CAP, effective_rows=effective
+                counts,
+                n_rows=n,
+                kappa=kappa,
+                kappa_max=REPORTED_CAP,
+                effective_rows=effective,
+                mean_directions=np.asarray(state.psi)[leaves_of(parents)],
             )
 
         advice = (

@@ -418,12 +418,18 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             # effective rows N_k^2 / sum_i lam_ik^2 (_guards.effective_counts from the sums)
             effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
             kappa = np.asarray(state.kappa.mean_kappa)
+            # each component's directions at every time step, one unit vector of T d values:
+            # 1 - cos of two such is the mean over the steps of 1 - cos (coincident components
+            # coincide at every step)
+            psi = np.asarray(state.psi)
+            paths = np.transpose(psi, (1, 0, 2)).reshape(psi.shape[1], -1) / np.sqrt(psi.shape[0])
             return _guards.diagnose(
                 counts,
                 n_rows=n,
                 kappa=kappa,
                 kappa_max=_kappa.REPORTED_CAP,
                 effective_rows=effective,
+                mean_directions=paths,
             )
 
         advice = (
