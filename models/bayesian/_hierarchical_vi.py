@@ -281,19 +281,7 @@ def m_part(
     )
 
 
-def vi_step(
-    rng_key,
-    data,
-    tree: Tree,
-    state: HState,
-    stats: ZStats,
-    *,
-    scheme,
-    empirical_bayes,
-    num_samples,
-    num_steps,
-    shared_kappa=False,
-):
+def vi_step(rng_key, data, tree: Tree, state: HState, stats: ZStats, **static):
     """One VI iteration: q(pi), q(mu), q(kappa), priors given q(z), the bound, then q(z).
 
     The q(z) update closes the iteration (its statistics feed the next one), so the first
@@ -307,19 +295,9 @@ def vi_step(
     :func:`e_step_rows` updates q(z), the one program per data shape. With row blocks on a
     mesh of devices (``devices=``) the q(z) update runs under ``shard_map``: every device
     updates q(z) of its rows and the statistics are added with ``psum``; :func:`m_step`
-    runs on the (replicated) statistics.
+    runs on the (replicated) statistics. ``static``: the keyword arguments of :func:`m_step`.
     """
-    state, info = m_step(
-        rng_key,
-        tree,
-        state,
-        stats,
-        scheme=scheme,
-        empirical_bayes=empirical_bayes,
-        num_samples=num_samples,
-        num_steps=num_steps,
-        shared_kappa=shared_kappa,
-    )
+    state, info = m_step(rng_key, tree, state, stats, **static)
     return state, e_step_rows(data, tree, state), info
 
 

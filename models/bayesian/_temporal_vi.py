@@ -440,20 +440,7 @@ def m_part(
     return update_C0(state, stats, c0_update)
 
 
-def vi_step(
-    rng_key,
-    data,
-    times,
-    state: TState,
-    stats: TStats,
-    *,
-    scheme,
-    empirical_bayes,
-    num_samples,
-    num_steps,
-    c0_update="fixed",
-    shared_kappa=False,
-):
+def vi_step(rng_key, data, times, state: TState, stats: TStats, **static):
     """One VI iteration (as in H-vMFmix: the q(z) update closes it); two compiled programs.
 
     :func:`m_step` updates every factor but q(z) and returns the bound at (new state, old
@@ -463,7 +450,7 @@ def vi_step(
     With row blocks on a mesh of devices (``devices=``; ``times`` laid out like the rows by
     ``data.row_array``) the q(z) update runs under ``shard_map``: every device updates q(z)
     of its rows and the statistics are added with ``psum``; :func:`m_step` runs on the
-    (replicated) statistics.
+    (replicated) statistics. ``static``: the keyword arguments of :func:`m_step`.
 
     Returns
     -------
@@ -472,14 +459,6 @@ def vi_step(
         The q(z) statistics at the new state.
     info : TInfo
     """
-    static = dict(
-        scheme=scheme,
-        empirical_bayes=empirical_bayes,
-        num_samples=num_samples,
-        num_steps=num_steps,
-        c0_update=c0_update,
-        shared_kappa=shared_kappa,
-    )
     state, info = m_step(rng_key, state, stats, **static)
     return state, e_step_rows(data, times, state), info
 
