@@ -408,6 +408,20 @@ def test_degeneracy_guards_get_the_leaves_mean_directions(data, monkeypatch):
     np.testing.assert_allclose(calls[0]["kappa"], model.concentrations_, rtol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=3
+def test_a_new_row_count_compiles_only_the_data_pass(data):
+    """m_step (every update but q(z): the special functions) is one program per shape of
+    the model; a fit on one more row traces only the pass over the rows again."""
+    X, _ = data
+    steps = ("hierarchical.m_step", "hierarchical.e_step")
+    counts = []
+    for n in (100, 101):
+        HierarchicalVMFMixture(TREE, kappa_update="bounding", max_iter=3, random_state=0).fit(X[:n])
+        counts.append([_mixture.TRACE_COUNTS.get(name, 0) for name in steps])
+    assert counts[1][0] == counts[0][0]  # m_step: not again
+    assert counts[1][1] == counts[0][1] + 1  # e_step_rows: once for 101 rows
+
+
 def test_save_load_round_trip(tmp_path, bounding_fit, data):
     X, _ = data
     save(bounding_fit, tmp_path / "h.npz")

@@ -502,6 +502,22 @@ def test_coinciding_components_warn():
     assert np.einsum("td,td->t", psi[:, 0], psi[:, 1]) == pytest.approx(1.0, abs=1e-3)
 
 
+@pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=3
+def test_a_new_row_count_compiles_only_the_data_pass(data):
+    """m_step (every update but q(z): the special functions) is one program per shape of
+    the model; a fit on one more row traces only the pass over the rows again."""
+    X, times, _, _ = data
+    steps = ("temporal.m_step", "temporal.e_step")
+    counts = []
+    for n in (100, 101):
+        TemporalVMFMixture(K, C0=50.0, kappa_update="bounding", max_iter=3, random_state=0).fit(
+            X[:n], times[:n]
+        )
+        counts.append([_mixture.TRACE_COUNTS.get(name, 0) for name in steps])
+    assert counts[1][0] == counts[0][0]  # m_step: not again
+    assert counts[1][1] == counts[0][1] + 1  # e_step_rows: once for 101 rows
+
+
 def test_healthy_fit_reports_no_degeneracy(fitted):
     assert fitted.degenerate_components_.size == 0
     assert fitted.n_occupied_components_ == K

@@ -148,6 +148,20 @@ def test_predictive_closed_form_matches_monte_carlo(fitted, sample):
     assert np.max(np.abs(plug_in - exact) / se) > 10
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # max_iter=3
+def test_a_new_row_count_compiles_only_the_data_pass(sample):
+    """The iteration's updates that do not read the rows (the special functions) are one
+    program per (restarts, K, d): a fit on one more row traces only the pass over the rows
+    again."""
+    steps = ("bayesian.update_step", "bayesian.data_step")
+    counts = []
+    for n in (200, 201):
+        BayesianVMFMixture(3, kappa_update="bounding", max_iter=3, random_state=0).fit(sample.X[:n])
+        counts.append([_mixture.TRACE_COUNTS.get(name, 0) for name in steps])
+    assert counts[1][0] == counts[0][0]  # update_step: not again
+    assert counts[1][1] == counts[0][1] + 1  # data_step: once for 201 rows
+
+
 def test_em_limit_and_no_recompile(fitted, sample):
     """alpha, C0 -> 0 and kappa fixed: the fixed point of classical EM is one of VI.
 
@@ -170,7 +184,7 @@ def test_em_limit_and_no_recompile(fitted, sample):
     )
     vi = _fit(sample.X, alpha=1e-8, **settings)
     assert vi.run_lower_bounds_.shape == (1,)  # one start: one run, whatever n_init
-    steps = ("bayesian.global_step", "bayesian.data_step", "bayesian.finish_step")
+    steps = ("bayesian.update_step", "bayesian.data_step")
     before = [_mixture.TRACE_COUNTS[name] for name in steps]
     _fit(sample.X, alpha=2e-8, **settings)
     assert [_mixture.TRACE_COUNTS[name] for name in steps] == before

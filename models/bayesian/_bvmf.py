@@ -42,7 +42,7 @@ from bayesvmf.models.bayesian._bvmf_vi import (
     _pooled_kappa,
     _seed_statistics,
     _weighted_log_resp,
-    vi_step,
+    vi_iterations,
 )
 from bayesvmf.models.bayesian._kappa import Priors
 from bayesvmf.models.bayesian._shared import FINITE, NONNEGATIVE, POSITIVE
@@ -527,11 +527,8 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         history = []
         progress = self._progress(self.max_iter, f"VI ({batch} restarts)")
         try:
-            active = True
-            while active:
-                state, any_active = vi_step(state, data, tol, max_iter, empirical_bayes, **static)
+            for state in vi_iterations(state, data, tol, max_iter, empirical_bayes, **static):
                 history.append(np.asarray(state.bound))
-                active = bool(any_active)
                 if progress is not None:
                     progress.update(1)
         finally:

@@ -27,11 +27,11 @@ code                   paper (sec. 3.1)
 ``priors``             :class:`._kappa.Priors` (alpha, mu0, C0, m, s2)
 =====================  ====================================================================
 
-One VI iteration (:func:`vi_step`, all restarts vmapped): rho, then q(mu), then q(kappa),
-then the empirical Bayes updates (:func:`global_step`), then q(z) with one pass over the
-data (``X @ E[mu].T``) and the resultants (``lambda.T @ X``) (:func:`data_step`), then the
-bound (:func:`finish_step`): three programs, so that only the data pass is compiled per
-number of rows. Each
+One VI iteration (:func:`vi_iterations`, all restarts vmapped): rho, then q(mu), then
+q(kappa), then the empirical Bayes updates, then q(z) with one pass over the data
+(``X @ E[mu].T``) and the resultants (``lambda.T @ X``) (:func:`data_step`), then the bound
+(:func:`update_step`, which then makes the next iteration's updates): two programs per
+iteration, so that only the data pass is compiled per number of rows. Each
 update maximises the bound over its factor given the others (q(kappa) by bounding: increases
 it), so with ``kappa_update="bounding"`` the bound never decreases.
 
@@ -61,10 +61,9 @@ __all__ = [
     "Posterior",
     "Statistics",
     "elbo",
-    "vi_step",
-    "global_step",
+    "vi_iterations",
+    "update_step",
     "data_step",
-    "finish_step",
     "StreamState",
     "svi_step",
 ]
@@ -288,7 +287,7 @@ def _global_update(s: VIState, cfg, empirical_bayes):
     return Posterior(rho, psi, gamma, kappa), priors, accept, a_gamma
 
 
-def vi_step(
+def vi_iterations(
     state: VIState,
     data,
     tol,
@@ -301,16 +300,18 @@ def vi_step(
     num_steps: int,
     shared_kappa: bool = False,
 ):
-    """Run one VI iteration of every active run of a batch (module docstring).
+    """Run VI iterations of every active run of a batch; yield the state after each.
 
-    Runs that converged or reached ``max_iter`` are returned unchanged. Three compiled
-    programs, so that only the cheap one is compiled per number of rows:
-    :func:`global_step` (q(pi), q(mu), q(kappa), the priors: the special functions, most of
-    a step's compile time) and :func:`finish_step` (the bound, the convergence test) never
-    see the rows and are compiled once per (batch size, K, d, scheme, static sizes);
-    :func:`data_step` (q(z) and its statistics) is compiled per data shape. The numbers
-    ``tol``, ``max_iter``, ``empirical_bayes``, the row count and the priors are traced, so
-    nothing recompiles across iterations, restarts or fits that differ only in those.
+    Stops when no run is active (converged, or at ``max_iter``); runs that stopped are
+    carried unchanged. Each iteration (module docstring) is two compiled programs, so
+    that only the cheap one is compiled per number of rows: :func:`data_step` (q(z) and
+    its statistics, per data shape) and :func:`update_step` (the bound of the iteration,
+    its convergence test, then q(pi), q(mu), q(kappa) and the priors of the next one: the
+    special functions, most of a step's compile time, compiled once per (batch size, K, d,
+    scheme, static sizes)). The first call of :func:`update_step` only makes the first
+    iteration's global updates. The numbers ``tol``, ``max_iter``, ``empirical_bayes``,
+    the row count and the priors are traced, so nothing recompiles across iterations,
+    restarts or fits that differ only in those.
 
     Parameters
     ----------
@@ -318,13 +319,13 @@ def vi_step(
         Batch of B runs.
     data : DenseData, SparseData or bayesvmf._blocks.RowBlocks
         Row blocks on a mesh of devices (``devices=``) run the data pass on every device's
-        rows and add the statistics over devices (``psum``); the other programs run on the
-        (replicated) statistics.
+        rows and add the statistics over devices (``psum``); :func:`update_step` runs on
+        the (replicated) statistics.
     tol : float64 scalar
         Convergence threshold on the change of the bound per row.
     max_iter : int64 scalar
     empirical_bayes : bool scalar
-        Update the priors (sec. 3.1.3) at this iteration (traced).
+        Update the priors (sec. 3.1.3) at every iteration (traced).
     scheme : {"sampling", "bounding"} (static)
     num_samples, num_warmup : int (static)
         MH draws and warm-up per kappa update (sampling).
@@ -333,33 +334,47 @@ def vi_step(
     shared_kappa : bool (static), default False
         One concentration for every component (:func:`._kappa.pooled_update`).
 
-    Returns
-    -------
+    Yields
+    ------
     state : VIState
-    any_active : jax.Array of bool
-        Whether some run still needs iterations.
     """
-    update = global_step(
-        state,
-        empirical_bayes,
+    static = dict(
         scheme=scheme,
         num_samples=num_samples,
         num_warmup=num_warmup,
         num_steps=num_steps,
         shared_kappa=shared_kappa,
     )
-    stats = data_step(data, update[0], update[3])
-    n_rows = np.float64(data.shape[0])
-    return finish_step(state, update, stats, n_rows, tol, max_iter, shared_kappa=shared_kappa)
+    numbers = (np.float64(data.shape[0]), tol, max_iter, empirical_bayes)
+    # placeholders of the previous iteration's update and statistics: the first call makes
+    # the first update and leaves the state as it is (a host array: no eager JAX operation,
+    # which a later process would compile, tests/test_compile_cache.py)
+    a_gamma = np.zeros(state.post.gamma.shape, np.float64)
+    none = (state.post, state.priors, state.accept_rate, a_gamma)
+    state, _, update = update_step(state, none, state.stats, *numbers, np.bool_(True), **static)
+    active = True
+    while active:
+        stats = data_step(data, update[0], update[3])
+        state, any_active, update = update_step(
+            state, update, stats, *numbers, np.bool_(False), **static
+        )
+        active = bool(any_active)
+        yield state
 
 
 @persistent_jit(
     static_argnames=("scheme", "num_samples", "num_warmup", "num_steps", "shared_kappa"),
     compiler_options=_mixture.JIT_OPTIONS,
 )
-def global_step(
+def update_step(
     state: VIState,
+    update,
+    stats: Statistics,
+    n_rows,
+    tol,
+    max_iter,
     empirical_bayes,
+    first,
     *,
     scheme: str,
     num_samples: int,
@@ -367,14 +382,39 @@ def global_step(
     num_steps: int,
     shared_kappa: bool = False,
 ):
-    """q(pi), q(mu), q(kappa) and the priors of every run of the batch (:func:`vi_step`).
+    """Close one VI iteration of every run of the batch, then make the next one's updates.
 
-    Returns (posterior, priors, MH acceptance, A_d(gamma)), each with the batch axis first.
+    ``update`` (posterior, priors, MH acceptance, A_d(gamma)) and ``stats`` are the global
+    factors and the q(z) statistics of the iteration (:func:`data_step`); ``n_rows`` the
+    number of rows (traced, float64). The bound per row, the convergence test and the new
+    state of every active run (runs that had converged or reached ``max_iter`` keep their
+    state), then q(pi), q(mu), q(kappa) and the priors from the new state. ``first`` (a
+    traced bool): no iteration to close, only the updates.
+
+    Returns
+    -------
+    state : VIState
+    any_active : jax.Array of bool
+        Whether some run needs another iteration.
+    update : tuple
+        The next iteration's (posterior, priors, MH acceptance, A_d(gamma)), batch first.
     """
-    _mixture.count_trace("bayesian.global_step")
+    _mixture.count_trace("bayesian.update_step")
     d = state.post.psi.shape[-1]
     cfg = (scheme, d, num_samples, num_warmup, num_steps, shared_kappa)
-    return jax.vmap(lambda s: _global_update(s, cfg, empirical_bayes))(state)
+
+    def one(s: VIState, post, priors, accept, a_gamma, stats):
+        active = (~s.converged) & (s.n_iter < max_iter) & ~first
+        bound = elbo(post, stats, priors, d, a_gamma, shared_kappa) / n_rows
+        n_iter = s.n_iter + 1
+        converged = jnp.abs(bound - s.bound) <= tol
+        new = VIState(post, stats, priors, s.key, bound, accept, n_iter, converged)
+        out = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
+        still = active & ~converged & (n_iter < max_iter)
+        return out, still, _global_update(out, cfg, empirical_bayes)
+
+    new_state, active, update = jax.vmap(one)(state, *update, stats)
+    return new_state, first | jnp.any(active), update
 
 
 @persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
@@ -398,30 +438,6 @@ def _data_step_body(args, data):
     return jax.vmap(one)(*args)
 
 
-@persistent_jit(static_argnames="shared_kappa", compiler_options=_mixture.JIT_OPTIONS)
-def finish_step(state: VIState, update, stats, n_rows, tol, max_iter, *, shared_kappa=False):
-    """Compute the bound per row of every run at its new factors, test convergence, update.
-
-    ``update`` is :func:`global_step`'s output, ``stats`` :func:`data_step`'s, ``n_rows``
-    the number of rows (traced, float64). Runs that had converged or reached ``max_iter``
-    keep their state. Returns (state, whether some run still needs iterations).
-    """
-    _mixture.count_trace("bayesian.finish_step")
-    d = state.post.psi.shape[-1]
-
-    def one(s: VIState, post, priors, accept, a_gamma, stats):
-        active = (~s.converged) & (s.n_iter < max_iter)
-        bound = elbo(post, stats, priors, d, a_gamma, shared_kappa) / n_rows
-        n_iter = s.n_iter + 1
-        converged = jnp.abs(bound - s.bound) <= tol
-        new = VIState(post, stats, priors, s.key, bound, accept, n_iter, converged)
-        out = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, s)
-        return out, active & ~converged & (n_iter < max_iter)
-
-    new_state, active = jax.vmap(one)(state, *update, stats)
-    return new_state, jnp.any(active)
-
-
 class StreamState(NamedTuple):
     """Global state of stochastic variational inference (:meth:`BayesianVMFMixture.partial_fit`).
 
@@ -440,7 +456,7 @@ class StreamState(NamedTuple):
         The global factors q(pi), q(mu), q(kappa) at these parameters.
     priors : Priors
     key : jax.Array
-        MH key of the sampling scheme (fixed: common random numbers, as in :func:`vi_step`).
+        MH key of the sampling scheme (fixed: common random numbers, as in :func:`vi_iterations`).
     """
 
     resp_sum: jax.Array
@@ -482,7 +498,7 @@ def svi_step(
     for N_k (so rho_k = alpha + N_k), E[kappa_k] r_k (so R_k = E[kappa_k] r_k + C0 mu0) and
     delta_k = E[mu_k] . r_k (E[mu_k] after the q(mu) step); then q(kappa_k) by the scheme from
     (N_k, delta_k) and the empirical Bayes updates (``empirical_bayes``, traced), as in
-    :func:`vi_step`. With one chunk holding all the rows and rho_t = 1 this is one VI
+    :func:`vi_iterations`. With one chunk holding all the rows and rho_t = 1 this is one VI
     iteration.
 
     Parameters
@@ -496,7 +512,7 @@ def svi_step(
     step_size, scale : float64 scalars
         rho_t and n / m.
     empirical_bayes : bool scalar
-    scheme, num_samples, num_warmup, num_steps, shared_kappa : static, as in :func:`vi_step`.
+    scheme, num_samples, num_warmup, num_steps, shared_kappa : static, as in :func:`vi_iterations`.
 
     Returns
     -------

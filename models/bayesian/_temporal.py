@@ -419,8 +419,9 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
             kappa = np.asarray(state.kappa.mean_kappa)
             # each component's directions at every time step, one unit vector of T d values:
-            # 1 - cos of two such is the mean over the steps of 1 - cos (coincident components
-            # coincide at every step)
+            # 1 - cos of two such is the mean over the steps of 1 - cos, so two components are
+            # flagged when they agree on average over the steps (at one step they may then
+            # differ by up to T times the guard's gap)
             psi = np.asarray(state.psi)
             paths = np.transpose(psi, (1, 0, 2)).reshape(psi.shape[1], -1) / np.sqrt(psi.shape[0])
             return _guards.diagnose(

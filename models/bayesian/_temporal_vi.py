@@ -542,10 +542,11 @@ def forecast_concentration(d: int, gamma, C0, horizon):
     """Concentration gamma_h of the vMF with mean resultant A_d(gamma) A_d(C0)^h.
 
     The law of mu_{t+h} when mu_t ~ vMF(psi, gamma) and each step is vMF(., C0), matched in
-    its mean E[mu_{t+h}] = A_d(C0)^h A_d(gamma) psi (module docstring).
+    its mean E[mu_{t+h}] = A_d(C0)^h A_d(gamma) psi (module docstring). ``C0`` is a scalar
+    (one C0 per fit); ``gamma`` and ``horizon`` broadcast.
     """
     # A_d of gamma and C0 in one call (one special-function site to compile)
-    gamma, C0 = jnp.asarray(gamma, jnp.float64), jnp.asarray(C0, jnp.float64)
+    gamma, C0 = jnp.asarray(gamma, jnp.float64), jnp.asarray(C0, jnp.float64).reshape(())
     a = special.mean_resultant_length(d, jnp.append(gamma.ravel(), C0))
     rbar = a[:-1].reshape(gamma.shape) * a[-1] ** horizon
     return special.kappa_from_rbar(d, rbar)
