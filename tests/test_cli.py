@@ -75,8 +75,8 @@ def test_demo_numbers_are_sane(demo_run):
     vi = _number(r"test ARI \d\.\d+, held-out log-likelihood (-?\d+\.\d+) per image \(", out)
     assert abs(vi - classical) < 0.05 * abs(classical)
     # T-vMFmix: letting the means drift forecasts the next step better than fixed means
-    drifting = _number(r"drifting means \(C0 = 100\) (-?\d+\.\d+) per row", out)
-    fixed = _number(r"fixed means \(C0 = 1e6\) (-?\d+\.\d+) per row", out)
+    drifting = _number(r"drifting means \(T-vMFmix, C0 = 100\) (-?\d+\.\d+) per row", out)
+    fixed = _number(r"fixed means \(B-vMFmix\) (-?\d+\.\d+) per row", out)
     assert drifting > fixed
     assert _number(r"against their main digit: NMI (\d+\.\d+)", out) > 0.5
     assert "DP-k-MLE++ chose K = 3" in out
