@@ -168,8 +168,7 @@ def elbo(
     if a_gamma is None:
         a_gamma = special.mean_resultant_length(d, gamma)
     # log C_d(gamma_k) and log C_d(C0) in one call (one special-function site to compile)
-    log_c = _mixture.log_normalizer(d, jnp.append(gamma, priors.C0))
-    log_c_gamma, log_c_c0 = log_c[:-1], log_c[-1]
+    log_c_gamma, log_c_c0 = _mixture.log_normalizers(d, gamma, priors.C0)
     psi_dot_r = jnp.sum(psi * stats.resultant, axis=-1)
     likelihood = jnp.sum(stats.resp_sum * kappa.mean_log_c + kappa.mean_kappa * a_gamma * psi_dot_r)
     pi_terms = _eb.dirichlet_terms(rho, stats.resp_sum, priors.alpha)  # (B2) + (B3) + (B7)

@@ -215,10 +215,10 @@ def lower_bound(tree: Tree, state: HState, stats: ZStats, shared_kappa: bool = F
     p, k = state.priors, state.kappa
     weight, dot = _kappa_inputs(tree, state.emu, stats)
     # one normaliser call for gamma_n and C0; A_d(gamma_n) = |E[mu_n]|
-    log_c = _mixture.log_normalizer(d, jnp.append(state.gamma, p.C0))
-    entropy_mu = -log_c[:-1] - state.gamma * jnp.linalg.norm(state.emu, axis=1)
+    log_c_gamma, log_c_c0 = _mixture.log_normalizers(d, state.gamma, p.C0)
+    entropy_mu = -log_c_gamma - state.gamma * jnp.linalg.norm(state.emu, axis=1)
     return (
-        log_c[-1]
+        log_c_c0
         + p.C0 * jnp.dot(p.mu0, state.emu[tree.root])
         + jnp.sum(weight * k.mean_log_c + k.mean_kappa * dot)
         + _eb.dirichlet_terms(state.rho, stats.resp_sum, p.alpha)

@@ -336,15 +336,15 @@ def lower_bound(state: TState, stats: TStats, shared_kappa: bool = False):
     n_times, n_comp = state.gamma.shape
     weight, dot = _kappa_inputs(state.emu, stats)
     prev, _ = _chain_terms(state.emu, p.mu0)
-    log_c = _mixture.log_normalizer(d, jnp.append(state.gamma.ravel(), p.C0))
-    entropy_mu = -log_c[:-1] - state.gamma.ravel() * jnp.linalg.norm(state.emu, axis=-1).ravel()
+    log_c_gamma, log_c_c0 = _mixture.log_normalizers(d, state.gamma.ravel(), p.C0)
+    entropy_mu = -log_c_gamma - state.gamma.ravel() * jnp.linalg.norm(state.emu, axis=-1).ravel()
     if state.c_first is None:  # static: one C0 for every link
-        chain = n_times * n_comp * log_c[-1] + p.C0 * jnp.sum(prev * state.emu)
+        chain = n_times * n_comp * log_c_c0 + p.C0 * jnp.sum(prev * state.emu)
     else:
         dots = jnp.sum(prev * state.emu, axis=(1, 2))  # (T,)
         chain = (
             n_comp * _mixture.log_normalizer(d, state.c_first)
-            + (n_times - 1) * n_comp * log_c[-1]
+            + (n_times - 1) * n_comp * log_c_c0
             + jnp.sum(_previous_weight(state, n_times) * dots)
         )
     return (
