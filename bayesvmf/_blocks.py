@@ -22,6 +22,7 @@ document tables are laid out beside them with :meth:`RowBlocks.block_array`):
 ``host_rows(v)``       per-row device values (as ``map`` returns them) as a host array
 ``take_rows(idx)``     the rows ``X[idx]``, dense float64 (the seedings)
 ``is_sharded``         whether the rows lie on a mesh of devices (outside ``shard_map``)
+``replicate(tree)``    ``tree`` placed on every device of the mesh (plain data: unchanged)
 ``without_transpose``  dense plain data without their ``X.T`` copy (prediction's program)
 =====================  ======================================================================
 
@@ -190,6 +191,19 @@ class RowBlocks:
     def is_sharded(self) -> bool:
         """Whether the blocks lie on a mesh of devices and this is not one device's view."""
         return self.mesh is not None and self.axis_name is None
+
+    def replicate(self, tree):
+        """Return ``tree`` replicated over the mesh when the rows are sharded, else as it is.
+
+        A program on sharded rows returns its replicated outputs (statistics, a model's
+        state) placed on every device. A loop's first call on a state made on the host would
+        find its arguments placed otherwise, and JAX compiles a program per placement of
+        the arguments: the start is placed as the later calls' inputs are, so that the loop
+        compiles its step once (tests/test_parallel.py counts the traces).
+        """
+        if not self.is_sharded:
+            return tree
+        return jax.device_put(tree, NamedSharding(self.mesh, P()))
 
     def without_transpose(self) -> RowBlocks:
         """Row blocks keep no transposed copy: ``self``."""

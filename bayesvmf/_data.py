@@ -107,6 +107,10 @@ class _PlainData:
         with jax.enable_x64(True):
             return self.host_rows(_map_rows(fn, replicated, self))
 
+    def replicate(self, tree):
+        """Return ``tree`` as it is (one device: nothing to place; see RowBlocks.replicate)."""
+        return tree
+
     def row_array(self, values) -> jax.Array:
         """Return per-row host ``values`` as a device array (the rows' layout: plain)."""
         return jnp.asarray(np.asarray(values))

@@ -123,6 +123,7 @@ SCRIPT = textwrap.dedent(
         # device's float32 partial sums: equal to rounding of float32, not of float64)
         m = BayesianVMFMixture(K, kappa_update=scheme, empirical_bayes=mode == "eb",
                                dtype="float64", random_state=2, devices=devices)
+        before = _mixture.TRACE_COUNTS.get("bayesian.update_step", 0)
         if mode == "stream":
             for chunk in (Xs[:40], Xs[40:75], Xs[75:]):
                 m.partial_fit(chunk, n_samples=n)
@@ -132,7 +133,9 @@ SCRIPT = textwrap.dedent(
         return {"labels": labels.tolist(), "weights": m.weights_.tolist(),
                 "mu": m.mean_directions_.tolist(), "kappa": m.concentrations_.tolist(),
                 "lower_bounds": m.lower_bounds_.tolist(), "n_iter": m.n_iter_,
-                "alpha": float(m.alpha_), "m": float(m.m_)}
+                "alpha": float(m.alpha_), "m": float(m.m_),
+                "update_step_traces":
+                    _mixture.TRACE_COUNTS.get("bayesian.update_step", 0) - before}
 
     if section == "bayesian":
         out["bayesian"] = {
@@ -275,6 +278,10 @@ def test_sharded_bayesian_vi_equals_one_device(two_devices, run):
     }
     for key, (rtol, atol) in tolerances.items():
         np.testing.assert_allclose(two[key], one[key], rtol=rtol, atol=atol, err_msg=key)
+    # the first iteration (on the start, made on the host) and the later ones (on
+    # replicated outputs) run one program: the start is placed like the outputs
+    # (RowBlocks.replicate); before, a fit over two devices traced update_step twice
+    assert two["update_step_traces"] <= 1
 
 
 @pytest.mark.parametrize("mode", ["fit", "stream"])
@@ -413,6 +420,8 @@ def test_plain_data_and_row_blocks_answer_one_interface(rng, kind):
             total = data.map(lambda _, d, w: d.tdot(w), None, ones)
             np.testing.assert_allclose(np.asarray(total)[:, 0], 2 * Xd.sum(axis=0), rtol=1e-13)
             assert data.sum_over_blocks(1.0, 2.0) == (1.0, 2.0)  # one block: nothing to add
+            tree = (M, {"a": idx})
+            assert data.replicate(tree) is tree  # one device: nothing to place
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -525,11 +534,16 @@ TREE_TIME_SCRIPT = textwrap.dedent(
                 "lower_bounds": m.lower_bounds_.tolist(), "n_iter": m.n_iter_,
                 "alpha": m.alpha_, "m": m.m_, "s2": m.s2_, "mu0": m.mu0_.tolist()}
 
+    out["m_step_traces"] = {}
     for name, fit in (("hierarchical", hier), ("temporal", temporal)):
         for layout, data in (("dense", X), ("sparse", Xs)):
             for run in RUNS:
-                out[f"{name}-{layout}-{run}"] = {"one": fit(data, None, run),
-                                                 "two": fit(data, 2, run)}
+                one = fit(data, None, run)
+                before = _mixture.TRACE_COUNTS.get(f"{name}.m_step", 0)
+                two = fit(data, 2, run)
+                out[f"{name}-{layout}-{run}"] = {"one": one, "two": two}
+                out["m_step_traces"][f"{name}-{layout}-{run}"] = (
+                    _mixture.TRACE_COUNTS[f"{name}.m_step"] - before)
     # refits with another seed and the same devices as a list: the same programs
     before = dict(_mixture.TRACE_COUNTS)
     hier(Xs, jax.devices()[:2], "bounding", seed=5)
@@ -591,6 +605,14 @@ def test_sharded_tree_and_time_models_equal_one_device(two_devices_tree_time, mo
 def test_sharded_tree_and_time_fits_do_not_recompile(two_devices_tree_time):
     # a new seed and the devices as a list (the same two): the same programs
     assert two_devices_tree_time["retraced"] == {}
+    # within a fit, the first iteration's m_step (on the start, made on the host) is the
+    # program of the later ones (on replicated outputs): the start is placed like them
+    # (RowBlocks.replicate; it was traced twice per new program before). The rows' layout
+    # does not enter m_step: each model and kappa scheme traces it once, at its first fit.
+    traces = two_devices_tree_time["m_step_traces"]
+    for key, count in traces.items():
+        first = key.split("-")[1] == "dense"
+        assert count == (1 if first else 0), (key, traces)
 
 
 @pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=3

@@ -350,6 +350,8 @@ def vi_iterations(
     # which a later process would compile, tests/test_compile_cache.py)
     a_gamma = np.zeros(state.post.gamma.shape, np.float64)
     none = (state.post, state.priors, state.accept_rate, a_gamma)
+    # placed as update_step's outputs are (on every device of a mesh): one program, not two
+    state, none = data.replicate((state, none))
     state, _, update = update_step(state, none, state.stats, *numbers, np.bool_(True), **static)
     active = True
     while active:

@@ -346,7 +346,8 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         def start(init_key):
             labels = top_down_labels(init_key, data, parents, self.init)
             stats = _crisp(data, labels, L)
-            return initial_state(tree, parents, d, stats, mu0, self), stats
+            # placed as vi_step's outputs are (on every device of a mesh): one program
+            return data.replicate((initial_state(tree, parents, d, stats, mu0, self), stats))
 
         def step(key, state, stats):
             return vi_step(key, data, tree, state, stats, **static)

@@ -407,7 +407,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
                 n_components=K,
                 init=self.init,
             )
-            return self._initial_state(stats, mu0, d), stats
+            # placed as vi_step's outputs are (on every device of a mesh): one program
+            return data.replicate((self._initial_state(stats, mu0, d), stats))
 
         def step(key, state, stats):
             return vi_step(key, data, t_dev, state, stats, **static)
