@@ -10,9 +10,9 @@ On real corpora a mixture can reach a high likelihood (or evidence bound) by deg
   concentration is far below the other components' and it takes more than its share);
 - a component is **empty** (less than half a row's weight);
 - two occupied components **coincide** (one cluster fitted twice: kappa (1 - cos) of their
-  mean directions below :data:`COINCIDENT_GAP`). The models that pass their mean
-  directions: SparseVMFMixture, B-, H- and T-vMFmix (T-vMFmix each component's directions
-  at every time step); the Dirichlet model and k-MLE do not yet.
+  mean directions below :data:`COINCIDENT_GAP`). Every model with mean directions passes
+  them: SparseVMFMixture, B-, H- and T-vMFmix (T-vMFmix each component's directions at
+  every time step), the Dirichlet model (its topics) and k-MLE's vMF family.
 
 Each model computes the shares (and, where it has them, the concentrations and effective
 counts) of its final state and calls :func:`diagnose`; :func:`select_run` keeps the best

@@ -255,3 +255,47 @@ def test_advice_leaves_out_what_is_set():
 
     assert "shared_kappa=True" not in _degeneracy.advice(True)
     assert "try shared_kappa=True (one concentration for all topics), " in _degeneracy.advice(False)
+
+
+@pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=5
+@pytest.mark.parametrize("how", ["fit", "stream", "gibbs"])
+def test_every_fit_hands_the_topic_directions_to_the_coincidence_guard(rng, monkeypatch, how):
+    """VEM, the stream's running topics and Gibbs pass the topics' mean directions to
+    bayesvmf._guards.diagnose, so that two topics of one direction are reported as the
+    other models' components are (before, only counts and concentrations reached it)."""
+    from bayesvmf import _guards
+
+    calls = []
+    diagnose = _guards.diagnose
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return diagnose(*args, **kwargs)
+
+    monkeypatch.setattr(_guards, "diagnose", recording)
+    docs, _ = clusters(rng)
+    if how == "gibbs":
+        model = DirichletVMFMixture(
+            3, inference="gibbs", num_chains=1, num_warmup=10, num_samples=15, random_state=0
+        ).fit(docs[:12])
+    else:
+        model = DirichletVMFMixture(3, n_init=1, max_iter=5, random_state=0)
+        if how == "stream":  # the first call diagnoses its VEM fit, the second the stream
+            model.partial_fit(docs[:20])
+            calls.clear()
+            model.partial_fit(docs[20:])
+        else:
+            model.fit(docs)
+    assert len(calls) == 1
+    np.testing.assert_allclose(calls[0]["mean_directions"], model.mean_directions_, atol=1e-12)
+    np.testing.assert_allclose(calls[0]["kappa"], model.concentrations_, rtol=1e-12)
+
+
+def test_two_topics_of_one_direction_are_coincident():
+    mu = np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    kappa = np.array([50.0, 60.0, 50.0])
+    diagnosis = _degeneracy.diagnose(np.array([40.0, 30.0, 30.0]), 100.0, kappa, 1e6, None, mu)
+    assert diagnosis.coincident.tolist() == [False, True, False] and diagnosis.degenerate
+    mu[1] = [0.0, 0.0, 1.0]
+    apart = _degeneracy.diagnose(np.array([40.0, 30.0, 30.0]), 100.0, kappa, 1e6, None, mu)
+    assert not apart.coincident.any() and not apart.degenerate

@@ -1002,3 +1002,31 @@ def test_healthy_fit_reports_no_degenerate_cluster(three_clusters):
     assert model.n_occupied_components_ == 3
     assert model.degenerate_components_.tolist() == []
     assert model.n_degenerate_restarts_ == 0
+
+
+@pytest.mark.parametrize("family", ["vmf", "wishart"])
+def test_the_vmf_family_hands_its_directions_to_the_coincidence_guard(rng, monkeypatch, family):
+    """k-MLE's vMF clusters reach bayesvmf._guards.diagnose with their mean directions (two
+    clusters of one direction are reported as in the other models); Wishart clusters have
+    none."""
+    from bayesvmf import _guards
+
+    calls = []
+    diagnose = _guards.diagnose
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return diagnose(*args, **kwargs)
+
+    monkeypatch.setattr(_guards, "diagnose", recording)
+    if family == "vmf":
+        X = np.abs(rng.normal(size=(60, 4))) + np.repeat(np.eye(4)[:2], 30, axis=0)
+        model = KMLEMixture(family="vmf", n_components=2, random_state=0).fit(X)
+    else:
+        A = rng.normal(size=(40, 3, 3))
+        model = KMLEMixture(n_components=2, random_state=0).fit(A @ A.transpose(0, 2, 1))
+    assert len(calls) == 1
+    if family == "vmf":
+        np.testing.assert_array_equal(calls[0]["mean_directions"], model.mean_directions_)
+    else:
+        assert calls[0]["mean_directions"] is None

@@ -92,14 +92,22 @@ def token_type_counts(X, counts, z, n_topics: int) -> np.ndarray:
     return per_type
 
 
-def diagnose(counts, n_tokens: float, kappa, kappa_max: float, per_type=None) -> _guards.Diagnosis:
+def diagnose(
+    counts, n_tokens: float, kappa, kappa_max: float, per_type=None, mean_directions=None
+) -> _guards.Diagnosis:
     """Diagnose topics from their weights n_k, concentrations and expected counts per type.
 
     Empty (less than one token's weight), collapsed (kappa at ``kappa_max``), carried by one
-    word type (effective number of types below 1.5, from ``per_type``) and near-uniform
-    background topics (:func:`bayesvmf._guards.diagnose`).
+    word type (effective number of types below 1.5, from ``per_type``), near-uniform
+    background topics and, with ``mean_directions`` (K, d), topics that coincide with an
+    earlier one (:func:`bayesvmf._guards.diagnose`).
     """
     effective = None if per_type is None else _guards.effective_counts(per_type)
     return _guards.diagnose(
-        counts, n_rows=n_tokens, kappa=kappa, kappa_max=kappa_max, effective_rows=effective
+        counts,
+        n_rows=n_tokens,
+        kappa=kappa,
+        kappa_max=kappa_max,
+        effective_rows=effective,
+        mean_directions=mean_directions,
     )

@@ -535,7 +535,11 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
                 # VEM fit of its chunk. No single-type check here: one chunk's expected
                 # counts per word type would flag a healthy topic that the chunk barely uses
                 diagnosis = _degeneracy.diagnose(
-                    resp_sum, float(resp_sum.sum()), self.concentrations_, self.kappa_max
+                    resp_sum,
+                    float(resp_sum.sum()),
+                    self.concentrations_,
+                    self.kappa_max,
+                    mean_directions=self.mean_directions_,
                 )
         self._stream_commit((stats, mu, kappa), step.n_seen, step.n_steps)
         if not first:
@@ -581,7 +585,9 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
                 phi = phi[doc_index]
             per_type = _degeneracy.type_counts(X, w, offsets, phi, state.mu, state.kappa, *types)
             diagnoses.append(
-                _degeneracy.diagnose(info.resp_sum, total, state.kappa, self.kappa_max, per_type)
+                _degeneracy.diagnose(
+                    info.resp_sum, total, state.kappa, self.kappa_max, per_type, state.mu
+                )
             )
             runs.append((state, bounds, converged, info, phi))
         # among the restarts that did not degenerate (a collapsed topic raises the bound), the
@@ -692,7 +698,12 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
         # chain the others are relabelled to)
         per_type = _degeneracy.token_type_counts(X, counts, states.z[0], int(self.n_topics))
         diagnosis = _degeneracy.diagnose(
-            self.weights_, float(len(Xt)), self.concentrations_, self.kappa_max, per_type
+            self.weights_,
+            float(len(Xt)),
+            self.concentrations_,
+            self.kappa_max,
+            per_type,
+            self.mean_directions_,
         )
         self._guard(diagnosis, int(diagnosis.degenerate), 1)
 

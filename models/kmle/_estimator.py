@@ -392,6 +392,7 @@ class KMLEMixture(BaseVMFEstimator):
             kappa=self.concentrations_ if vmf else None,
             kappa_max=float(self.kappa_max) if vmf else None,
             effective_rows=counts,
+            mean_directions=self.mean_directions_ if vmf else None,
         )
         _guards.report(self, diagnosis)
         _guards.warn_components(
