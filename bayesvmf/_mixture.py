@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
+import scipy.special
 from sklearn.base import ClusterMixin, DensityMixin
 from sklearn.utils import _param_validation as pv
 
@@ -177,6 +178,16 @@ def resultants(data, resp: jax.Array) -> tuple[jax.Array, jax.Array]:
     resp_sum : jax.Array of shape (n_components,)
     """
     return data.tdot(resp).T, resp.sum(axis=0)
+
+
+def host_responsibilities(weighted_log_prob: np.ndarray) -> np.ndarray:
+    """Return exp(log alpha_k f_k(x_i) - log p(x_i)) of host log-densities (rows sum to one).
+
+    The predictions' last steps run in NumPy: an eager JAX operation is a program of its
+    own, compiled for every new number of rows (and traced again in every new process).
+    """
+    wlp = np.asarray(weighted_log_prob, np.float64)
+    return np.exp(wlp - scipy.special.logsumexp(wlp, axis=1, keepdims=True))
 
 
 # The special functions run inside the jitted EM steps of the estimators, with the dimension
@@ -519,7 +530,8 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         """
         with jax.enable_x64(True):
             wlp, n = self._prediction_log_prob(X)
-            return np.asarray(jnp.argmax(wlp, axis=1))[:n]
+        # on the host: an eager JAX operation is a program compiled per row count
+        return np.argmax(np.asarray(wlp)[:n], axis=1)
 
     def predict_proba(self, X) -> np.ndarray:
         """Return the responsibilities tau_ik (eq. (17) of [1]_), exponentiated at the end.
@@ -535,8 +547,7 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         """
         with jax.enable_x64(True):
             wlp, n = self._prediction_log_prob(X)
-            log_resp = wlp - jax.scipy.special.logsumexp(wlp, axis=1, keepdims=True)
-            return np.asarray(jnp.exp(log_resp))[:n]
+        return host_responsibilities(np.asarray(wlp)[:n])
 
     def score_samples(self, X) -> np.ndarray:
         """Return log p(x_i) of each row under the fitted mixture (a logsumexp, eq. (7)).
@@ -551,7 +562,7 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
         """
         with jax.enable_x64(True):
             wlp, n = self._prediction_log_prob(X)
-            return np.asarray(jax.scipy.special.logsumexp(wlp, axis=1))[:n]
+        return scipy.special.logsumexp(np.asarray(wlp)[:n], axis=1)
 
     def score(self, X, y=None) -> float:
         """Return the mean per-row log-likelihood of X.

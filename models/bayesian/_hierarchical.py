@@ -267,7 +267,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             self._fit(data, make_key(self.random_state))
             if not data.is_sharded:
                 weighted_log_prob = self._estimate_weighted_log_prob(data.without_transpose())
-                self.labels_ = np.asarray(jnp.argmax(weighted_log_prob, axis=1))
+                self.labels_ = np.argmax(np.asarray(weighted_log_prob), axis=1)  # on the host
             else:
                 rows = data.map_rows(_leaf_log_predictive_rows, self._predictive_params())
                 self.labels_ = np.argmax(rows, axis=1)

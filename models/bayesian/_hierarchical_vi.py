@@ -89,6 +89,7 @@ from bayesvmf._mixture import count_trace
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
 from bayesvmf.models.bayesian import _kappa
 from bayesvmf.models.bayesian._shared import (
+    host_mean_direction,
     initial_kappa,
     kappa_moments_at,
     mean_direction,
@@ -371,11 +372,9 @@ def _crisp_blocks(data, labels, n_components):
 
 def _crisp(data, labels, n_components) -> ZStats:
     """q(z) statistics of a crisp assignment (entropy 0); ``labels`` a host array (n,)."""
-    if data.is_sharded:
-        resp_sum, resultant = _crisp_blocks(data, data.row_array(labels), int(n_components))
-        return ZStats(resp_sum, resultant, jnp.float64(0.0), resp_sum)
-    resp = jax.nn.one_hot(jnp.asarray(labels), n_components, dtype=jnp.float64)
-    resultant, resp_sum = _mixture.resultants(data, resp)
+    # one program, on plain data too (its eager one-hot, products and sums were programs
+    # of their own, each compiled per row count)
+    resp_sum, resultant = _crisp_blocks(data, data.row_array(labels), int(n_components))
     # crisp: sum_i lam_il^2 = N_l
     return ZStats(resp_sum, resultant, jnp.float64(0.0), resp_sum)
 
@@ -418,15 +417,14 @@ def initial_state(tree, parents, d, stats: ZStats, mu0, est) -> HState:
         m=jnp.float64(m),
         s2=jnp.float64(est.s2),
     )
-    L = leaves.size
     # gamma is recomputed by the first q(mu) update; until then the concentration of the
     # likelihood terms of each node (kappa times its number of points or children)
     gamma = jnp.asarray(kappa * np.maximum(weight, 1.0))
     return HState(
         jnp.asarray(psi),
         gamma,
-        mean_direction(d, jnp.asarray(psi), gamma),
-        jnp.full((L,), float(est.alpha)) + jnp.asarray(resp_sum),
+        host_mean_direction(d, psi, gamma),
+        jnp.asarray(float(est.alpha) + np.asarray(resp_sum, np.float64)),
         kappa_moments_at(d, kappa, est.kappa_update),
         priors,
     )

@@ -54,6 +54,16 @@ def mean_direction(d: int, psi, gamma):
     return special.mean_resultant_length(d, gamma)[..., None] * psi
 
 
+def host_mean_direction(d: int, psi, gamma) -> jax.Array:
+    """:func:`mean_direction` of concrete arrays, the product taken on the host.
+
+    For the starting states, made outside any program: an eager JAX product is a program
+    of its own, compiled per shape (and traced again in every new process).
+    """
+    a_gamma = np.asarray(special.mean_resultant_length(d, gamma))
+    return jnp.asarray(a_gamma[..., None] * np.asarray(psi))
+
+
 def vmf_entropy(d: int, gamma):
     """Return H[vMF(., gamma)] = -log C_d(gamma) - gamma A_d(gamma)."""
     return -_mixture.log_normalizer(d, gamma) - gamma * special.mean_resultant_length(d, gamma)
@@ -123,11 +133,13 @@ def predictive_log_density(d: int, cos, gamma, mean_log_kappa, var_log_kappa):
 
 @functools.partial(_compile_cache.jit, compiler_options=_mixture.JIT_OPTIONS)
 def _row_sum_blocks(data):
-    """sum_i x_i of row blocks (padding rows weigh 0), added over the devices."""
+    """sum_i x_i of plain data or of row blocks (padding rows weigh 0, added over devices)."""
     count_trace("hierarchical.row_sum")
 
     def body(_, data):
-        return data.tdot(data.row_weight[:, None])[:, 0]
+        if isinstance(data, _blocks.RowBlocks):
+            return data.tdot(data.row_weight[:, None])[:, 0]
+        return data.tdot(jnp.ones((data.shape[0], 1)))[:, 0]
 
     return data.map(body, jnp.zeros(()))
 
@@ -194,10 +206,8 @@ def resolve_mu0(mu0, mean_direction_of_data, n_features, name="mu0"):
 
 def data_mean_direction(data) -> np.ndarray:
     """Return the direction of sum_i x_i (the first basis vector if it is zero)."""
-    if data.is_sharded:
-        total = np.asarray(_row_sum_blocks(data))
-    else:
-        total = np.asarray(data.tdot(jnp.ones((data.shape[0], 1)))[:, 0])
+    # one program (the eager product and the ones it multiplies were two, per row count)
+    total = np.asarray(_row_sum_blocks(data))
     norm = np.linalg.norm(total)
     if norm == 0:
         total, norm = np.eye(data.shape[1])[0], 1.0

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import logsumexp
+import scipy.special
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from bayesvmf import _blocks, _guards, _mixture, _seeding, special
@@ -352,7 +352,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         with jax.enable_x64(True):
             if not data.is_sharded:
                 weighted = self._weighted(data.without_transpose(), t)
-                self.labels_ = np.asarray(jnp.argmax(weighted, axis=1))
+                self.labels_ = np.argmax(np.asarray(weighted), axis=1)  # on the host
             else:
                 wlp = _log_predictive_blocks(data, data.row_array(t), self._predictive_params())
                 self.labels_ = np.argmax(data.host_rows(wlp), axis=1)
@@ -414,7 +414,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             return vi_step(key, data, t_dev, state, stats, **static)
 
         def diagnose(state, stats):
-            counts = np.asarray(stats.resp_sum.sum(axis=0))
+            counts = np.asarray(stats.resp_sum).sum(axis=0)
             square = np.asarray(stats.resp_square)
             # effective rows N_k^2 / sum_i lam_ik^2 (_guards.effective_counts from the sums)
             effective = np.where(square > 0, counts**2 / np.where(square > 0, square, 1.0), 0.0)
@@ -446,8 +446,9 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
 
     def _initial_state(self, stats: TStats, mu0, d) -> TState:
         """Every time step starts at its cluster's pooled direction and concentration."""
-        pooled = np.asarray(stats.resultant.sum(axis=0))
-        counts = np.asarray(stats.resp_sum.sum(axis=0))
+        # sums over the time steps on the host (eager JAX sums: a program per shape)
+        pooled = np.asarray(stats.resultant).sum(axis=0)
+        counts = np.asarray(stats.resp_sum).sum(axis=0)
         norms = np.linalg.norm(pooled, axis=1)
         psi_k = np.where(norms[:, None] > 0, pooled / np.maximum(norms, 1e-300)[:, None], mu0)
         if self.shared_kappa:  # the classical shared estimate, A_d(kappa) = sum_k |r_k| / n
@@ -475,8 +476,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         return TState(
             psi,
             gamma,
-            _s.mean_direction(d, psi, gamma),
-            jnp.full((counts.size,), float(self.alpha)) + jnp.asarray(counts),
+            _s.host_mean_direction(d, psi, gamma),
+            jnp.asarray(float(self.alpha) + counts),
             _s.kappa_moments_at(d, kappa, self.kappa_update),
             priors,
             None if self.C0 is not None else jnp.float64(C0),
@@ -538,7 +539,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         ndarray of shape (n_samples,)
         """
         with jax.enable_x64(True):
-            return np.asarray(jnp.argmax(self._weighted(*self._data_times(X, times)), axis=1))
+            weighted = self._weighted(*self._data_times(X, times))
+        return np.argmax(np.asarray(weighted), axis=1)  # on the host: no program per n
 
     def predict_proba(self, X, times=None) -> np.ndarray:
         """Return the predictive cluster probabilities of each row (rows sum to one).
@@ -554,7 +556,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         """
         with jax.enable_x64(True):
             wlp = self._weighted(*self._data_times(X, times))
-            return np.asarray(jnp.exp(wlp - logsumexp(wlp, axis=1, keepdims=True)))
+        return _mixture.host_responsibilities(np.asarray(wlp))
 
     def score_samples(self, X, times=None) -> np.ndarray:
         r"""Return the held-out log posterior predictive density of each row at its time.
@@ -578,7 +580,8 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         ndarray of shape (n_samples,)
         """
         with jax.enable_x64(True):
-            return np.asarray(logsumexp(self._weighted(*self._data_times(X, times)), axis=1))
+            wlp = self._weighted(*self._data_times(X, times))
+        return scipy.special.logsumexp(np.asarray(wlp), axis=1)  # on the host
 
     def score(self, X, y=None, *, times=None) -> float:
         """Return the mean of :meth:`score_samples`.

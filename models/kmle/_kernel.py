@@ -355,8 +355,9 @@ def _bucket(size: int, minimum: int) -> int:
 
 
 def _pad_rows(a, n_pad):
-    a = jnp.asarray(a)
-    return jnp.concatenate([a, jnp.zeros((n_pad - a.shape[0], *a.shape[1:]), a.dtype)])
+    # on the host: an eager concatenation is a program compiled per shape
+    a = np.asarray(a)
+    return jnp.asarray(np.concatenate([a, np.zeros((n_pad - a.shape[0], *a.shape[1:]), a.dtype)]))
 
 
 def _pad_data(family: Family, data, n_pad):
