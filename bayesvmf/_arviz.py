@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["inference_data"]
+__all__ = ["inference_data", "with_log_likelihood"]
 
 
 def inference_data(posterior, dims, *, sample_stats=None, constant_data=None, attrs=None):
@@ -51,3 +51,18 @@ def inference_data(posterior, dims, *, sample_stats=None, constant_data=None, at
         dims=dims,
         attrs=attrs,
     )
+
+
+def with_log_likelihood(idata, log_likelihood):
+    """Add the ``log_likelihood`` group (variable ``x``, dims chain, draw, ``row``) to ``idata``.
+
+    ``log_likelihood`` (n_draws, n_rows): log p(x_i | draw s) of one chain of draws, what
+    ArviZ's ``loo`` and ``waic`` read. Returns ``idata``, changed in place.
+    """
+    values = np.asarray(log_likelihood, np.float64)
+    idata.add_groups(
+        {"log_likelihood": {"x": values[None]}},
+        coords={"row": np.arange(values.shape[1])},
+        dims={"x": ["row"]},
+    )
+    return idata

@@ -98,6 +98,19 @@ def numpy_lloyd(X, mu, passes):
     return mu
 
 
+def scipy_mixture_log_likelihood(X, mu, kappa, weights):
+    """log sum_k w_k vMF(x_i | mu_k, kappa_k) of unit rows X, from scipy.stats.vonmises_fisher
+    (the reference of the log_likelihood groups of to_arviz, independent of bayesvmf)."""
+    from scipy.special import logsumexp
+    from scipy.stats import vonmises_fisher
+
+    terms = [
+        np.log(w) + vonmises_fisher(m, k).logpdf(X)
+        for m, k, w in zip(mu, kappa, weights, strict=True)
+    ]
+    return logsumexp(np.stack(terms, axis=1), axis=1)
+
+
 @pytest.fixture
 def rng():
     """A NumPy generator with a fixed seed, new for every test."""

@@ -504,6 +504,8 @@ def test_estimator_gibbs_round_trip(problem, runs, tmp_path):
         model.to_arviz(num_draws=-5)
     with pytest.raises(ValueError, match="^random_state must be None, an int, a numpy Random"):
         model.to_arviz(random_state="bad")
+    with pytest.raises(ValueError, match="^X: a collapsed Gibbs fit keeps no draws of mu"):
+        model.to_arviz(X=X[:6])
     loaded.set_params(inference="vi")
     message = "was fitted with inference='gibbs', but inference is now 'vi': fit it again"
     for method in (loaded.score_samples, loaded.predict):

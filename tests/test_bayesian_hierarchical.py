@@ -452,6 +452,31 @@ def test_to_arviz(bounding_fit):
     )
 
 
+# ArviZ's diagnostics of few draws (PSIS's Pareto k, WAIC's variance) are not under test
+@pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto:UserWarning")
+@pytest.mark.filterwarnings("ignore:For one or more samples the posterior variance:UserWarning")
+def test_to_arviz_log_likelihood_is_the_mixture_of_the_leaves(bounding_fit, data):
+    """to_arviz(X=...): log sum_l pi_l vMF(x_i | mu_l, kappa_l) over the leaves of each
+    draw (not the internal nodes), equal to scipy's; ArviZ's loo reads it."""
+    import arviz as az
+    from conftest import scipy_mixture_log_likelihood
+
+    X = data[0][::4]
+    idata = bounding_fit.to_arviz(num_draws=10, random_state=0, X=X)
+    leaves = idata.constant_data["leaf_node"].values
+    post = idata.posterior
+    for s in (0, 9):
+        reference = scipy_mixture_log_likelihood(
+            X,
+            post["mu"].values[0, s, leaves],
+            post["kappa"].values[0, s, leaves],
+            post["weights"].values[0, s],
+        )
+        np.testing.assert_allclose(idata.log_likelihood["x"].values[0, s], reference, rtol=1e-11)
+    assert idata.log_likelihood["x"].dims == ("chain", "draw", "row")
+    assert np.isfinite(az.loo(idata).elpd_loo)
+
+
 @pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=3
 def test_n_components_is_a_parameter(data):
     """Without ``parents``, n_components leaves under one root; a grid over it is a search."""

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import scipy_mixture_log_likelihood
 
 import bayesvmf
 from bayesvmf.exceptions import ConvergenceWarning, DegenerateRunWarning
@@ -82,9 +83,14 @@ def test_vi_shared_kappa(scheme, sample):
     assert model.s2_ == 1.0
     np.testing.assert_allclose(model.m_, model.kappa_mean_log_[0], rtol=1e-6)
     assert model._n_parameters() == (K - 1) + K * 7 + 1
-    posterior = model.to_arviz(num_draws=7).posterior
+    idata = model.to_arviz(num_draws=7, X=sample.X[:20])
+    posterior = idata.posterior
     assert posterior["kappa"].dims == ("chain", "draw")
     assert posterior["mu"].shape == (1, 7, K, 8)
+    # the one concentration of a draw is every component's in its log-likelihood
+    draw = [posterior[name].values[0, 3] for name in ("mu", "kappa", "weights")]
+    reference = scipy_mixture_log_likelihood(sample.X[:20], draw[0], np.full(K, draw[1]), draw[2])
+    np.testing.assert_allclose(idata.log_likelihood["x"].values[0, 3], reference, rtol=1e-11)
     assert model.n_occupied_components_ == K and model.degenerate_components_.size == 0
     # the shared estimate differs from the per-component one (the option does something)
     per = BayesianVMFMixture(

@@ -328,6 +328,44 @@ def test_to_arviz(fitted):
     )
 
 
+# ArviZ's diagnostics of few draws (PSIS's Pareto k, WAIC's variance) are not under test
+@pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto:UserWarning")
+@pytest.mark.filterwarnings("ignore:For one or more samples the posterior variance:UserWarning")
+def test_to_arviz_log_likelihood_at_each_rows_time(fitted, data):
+    """to_arviz(X=..., times=...): each row's log-likelihood under the draw of its own time
+    step's means, equal to scipy's mixture; times beyond the fitted steps are refused."""
+    import arviz as az
+    from conftest import scipy_mixture_log_likelihood
+
+    X, times, _, _ = data
+    train = times < N_TIMES - 1
+    X, times = X[train][::3], times[train][::3]
+    idata = fitted.to_arviz(num_draws=10, random_state=0, X=X, times=times)
+    post = idata.posterior
+    log_lik = idata.log_likelihood["x"].values[0]
+    for s in (0, 9):
+        for t in np.unique(times):
+            rows = times == t
+            reference = scipy_mixture_log_likelihood(
+                X[rows],
+                post["mu"].values[0, s, t],
+                post["kappa"].values[0, s],
+                post["weights"].values[0, s],
+            )
+            np.testing.assert_allclose(log_lik[s, rows], reference, rtol=1e-11)
+    assert np.isfinite(az.loo(idata).elpd_loo)
+    # no times: the last fitted step, as predict takes it
+    last = fitted.to_arviz(num_draws=10, random_state=0, X=X).log_likelihood["x"].values[0]
+    at_last = fitted.to_arviz(
+        num_draws=10, random_state=0, X=X, times=np.full(len(X), N_TIMES - 2)
+    ).log_likelihood["x"]
+    np.testing.assert_array_equal(last, at_last.values[0])
+    with pytest.raises(ValueError, match=r"^times: the log-likelihood of a draw needs the rows'"):
+        fitted.to_arviz(X=X, times=np.full(len(X), N_TIMES - 1))
+    with pytest.raises(ValueError, match=r"^times: give X too"):
+        fitted.to_arviz(times=times)
+
+
 def test_sampling_scheme(data):
     """The Metropolis kappa scheme recovers the means, and kappa_k near its MLE."""
     X, times, _, means = data

@@ -115,6 +115,35 @@ def test_bound_is_monotone_for_bounding(fitted):
         assert abs(bounds[-1] - bounds[-2]) <= model.tol
 
 
+# ArviZ's diagnostics of few draws (PSIS's Pareto k, WAIC's variance) are not under test
+@pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto:UserWarning")
+@pytest.mark.filterwarnings("ignore:For one or more samples the posterior variance:UserWarning")
+def test_to_arviz_log_likelihood_group_for_loo(fitted, sample):
+    """to_arviz(X=...): log p(x_i | draw) of every draw, equal to scipy's vMF mixture of
+    that draw; ArviZ's loo and waic read it."""
+    import arviz as az
+    from conftest import scipy_mixture_log_likelihood
+
+    scheme, model = fitted
+    X = sample.X
+    idata = model.to_arviz(num_draws=30, random_state=1, X=X)
+    log_lik = idata.log_likelihood["x"]
+    assert log_lik.dims == ("chain", "draw", "row") and log_lik.shape == (1, 30, len(X))
+    post = idata.posterior
+    for s in (0, 29):
+        reference = scipy_mixture_log_likelihood(
+            X, post["mu"].values[0, s], post["kappa"].values[0, s], post["weights"].values[0, s]
+        )
+        np.testing.assert_allclose(log_lik.values[0, s], reference, rtol=1e-11)
+    # the posterior group is the draws to_arviz gives without X
+    np.testing.assert_array_equal(
+        model.to_arviz(num_draws=30, random_state=1).posterior["mu"].values, post["mu"].values
+    )
+    assert np.isfinite(az.loo(idata).elpd_loo) and np.isfinite(az.waic(idata).elpd_waic)
+    with pytest.raises(ValueError, match="X has 3 features, but BayesianVMFMixture is expecting"):
+        model.to_arviz(X=X[:, :3])
+
+
 def test_predictive_closed_form_matches_monte_carlo(fitted, sample):
     """score_samples (exact in mu and pi) against a Monte Carlo average over draws of q."""
     scheme, model = fitted

@@ -45,7 +45,7 @@ from bayesvmf.models.bayesian._bvmf_vi import (
     vi_iterations,
 )
 from bayesvmf.models.bayesian._kappa import Priors
-from bayesvmf.models.bayesian._shared import FINITE, NONNEGATIVE, POSITIVE
+from bayesvmf.models.bayesian._shared import FINITE, NONNEGATIVE, POSITIVE, with_log_likelihood
 
 __all__ = ["BayesianVMFMixture"]
 
@@ -805,7 +805,7 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
                 )
             )
 
-    def to_arviz(self, num_draws: int = 100, random_state=0):
+    def to_arviz(self, num_draws: int = 100, random_state=0, X=None):
         """Return posterior draws as ``arviz.InferenceData``.
 
         VI: ``num_draws`` independent draws from q (one chain): ``mu`` ~ q(mu_k) = vMF(psi_k,
@@ -821,6 +821,12 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         random_state : None, int, numpy RandomState or Generator, or jax key, default 0
             VI only (draws from q). A Gibbs fit returns its chains' own draws, so these
             do not apply to it, and are still checked.
+        X : array-like or scipy.sparse matrix of shape (n_samples, n_features), optional
+            VI only: rows whose log-likelihood under each draw, log sum_k pi_k
+            vMF(x_i | mu_k, kappa_k), makes the ``log_likelihood`` group (variable ``x``,
+            dims ``chain``, ``draw``, ``row``), which ArviZ's ``loo`` and ``waic`` read.
+            The draws are from q, an approximation of the posterior. A Gibbs fit has no
+            draws of mu (the sampler integrates them out) and refuses X.
 
         Returns
         -------
@@ -830,7 +836,15 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         if self.inference == "gibbs":  # (any value was ignored before)
             check_count(num_draws, "num_draws")
             check_random_state(random_state)
+            if X is not None:
+                raise ValueError(
+                    "X: a collapsed Gibbs fit keeps no draws of mu (the sampler integrates "
+                    "them out), so it has no log-likelihood per draw; fit with "
+                    "inference='vi', or use score_samples for the predictive density."
+                )
             from bayesvmf.models.bayesian import _gibbs
 
             return _gibbs.gibbs_to_arviz(self)
-        return vi_to_arviz(self, num_draws, random_state)
+        rows = None if X is None else self._check_input(X, reset=False)
+        idata = vi_to_arviz(self, num_draws, random_state)
+        return idata if rows is None else with_log_likelihood(idata, rows)

@@ -36,6 +36,7 @@ from bayesvmf.models.bayesian._shared import (
     q_to_arviz,
     resolve_mu0,
     store_fit,
+    with_log_likelihood,
 )
 from bayesvmf.models.bayesian._tree import (
     balanced_tree,
@@ -463,7 +464,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         """
         return self.node_paths(self.predict(X))
 
-    def to_arviz(self, num_draws: int = 200, random_state=0):
+    def to_arviz(self, num_draws: int = 200, random_state=0, X=None):
         """Return draws from q as an ``arviz.InferenceData`` (one chain of ``num_draws``).
 
         ``posterior`` holds ``mu`` (dims node, feature), ``kappa`` (node) and ``weights``
@@ -479,12 +480,18 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         random_state : None, int, numpy RandomState or Generator, or jax key, default 0
             Seed of the draws from q: by default the same draws at every call, as
             :meth:`BayesianVMFMixture.to_arviz` gives (None: new draws each call).
+        X : array-like or scipy.sparse matrix of shape (n_samples, n_features), optional
+            Rows whose log-likelihood under each draw, log sum_l pi_l vMF(x_i | mu_l,
+            kappa_l) over the leaves l, makes the ``log_likelihood`` group (variable ``x``,
+            dims ``chain``, ``draw``, ``row``), which ArviZ's ``loo`` and ``waic`` read.
+            The draws are from q, an approximation of the posterior.
 
         Returns
         -------
         arviz.InferenceData
         """
         self._check_is_fitted()
+        rows = None if X is None else self._check_input(X, reset=False)
         params = (
             self.node_mean_directions_,
             self.node_mean_concentrations_,
@@ -493,7 +500,7 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
             self.dirichlet_,
         )
         n_nodes = self.node_mean_directions_.shape[0]
-        return q_to_arviz(
+        idata = q_to_arviz(
             params,
             num_draws,
             random_state,
@@ -507,3 +514,6 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
                 "leaf_node": ["component"],
             },
         )
+        if rows is None:
+            return idata
+        return with_log_likelihood(idata, rows, components=self.leaves_)

@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.special
 from jax.scipy.special import logsumexp
 from sklearn.utils._param_validation import Interval, StrOptions
 
@@ -421,3 +422,68 @@ def draw_from_q(psi, gamma, mean_log_kappa, var_log_kappa, rho, num_draws, rando
             "kappa": np.asarray(jnp.exp(log_kappa)),
             "weights": np.asarray(weights),
         }
+
+
+#: Entries of the (draws, rows, components) block of :func:`pointwise_log_likelihood` held at
+#: once (64 MiB of float64): rows go through in chunks of that size.
+LOG_LIKELIHOOD_BLOCK = 2**23
+
+
+def pointwise_log_likelihood(rows, mu, kappa, weights, times=None) -> np.ndarray:
+    """Return log p(x_i | draw s) of every draw and row, shape (n_draws, n_rows).
+
+    For each draw s of (pi, mu, kappa): log sum_k pi_sk C_d(kappa_sk) exp(kappa_sk mu_sk . x_i),
+    the model's likelihood of x_i with z_i summed out (z_i ~ Cat(pi), x_i ~ vMF(mu_{z_i},
+    kappa_{z_i}) in [1]_): the ``log_likelihood`` group that ArviZ's ``loo`` and ``waic``
+    read.
+
+    Parameters
+    ----------
+    rows : ndarray or scipy.sparse matrix of shape (n_rows, d)
+        Validated unit rows (the estimator's ``_check_input``).
+    mu : ndarray of shape (n_draws, K, d), or (n_draws, T, K, d) with ``times``
+        Mean directions of each draw (T-vMFmix: of each time step).
+    kappa, weights : ndarray of shape (n_draws, K)
+    times : ndarray of int of shape (n_rows,), optional
+        Each row's time step (an index into the T axis of ``mu``).
+    """
+    kappa = np.asarray(kappa, np.float64)
+    n_draws, n_components = kappa.shape
+    d = rows.shape[1]
+    with jax.enable_x64(True):
+        log_c = np.asarray(_mixture.log_normalizer(d, jnp.asarray(kappa.ravel())))
+    with np.errstate(divide="ignore"):  # a weight drawn as 0 is a component of density 0
+        base = np.log(np.asarray(weights, np.float64)) + log_c.reshape(kappa.shape)
+    steps = np.zeros(rows.shape[0], np.int64) if times is None else np.asarray(times)
+    mu = np.asarray(mu, np.float64)
+    if times is None:
+        mu = mu[:, None]
+    chunk = max(1, LOG_LIKELIHOOD_BLOCK // (n_draws * n_components))
+    out = np.empty((n_draws, rows.shape[0]))
+    for t in np.unique(steps):
+        index = np.flatnonzero(steps == t)
+        directions = mu[:, t].reshape(n_draws * n_components, d)
+        for start in range(0, index.size, chunk):
+            part = index[start : start + chunk]
+            cos = np.asarray(rows[part] @ directions.T).reshape(part.size, n_draws, n_components)
+            terms = base[:, None, :] + kappa[:, None, :] * cos.transpose(1, 0, 2)
+            out[:, part] = scipy.special.logsumexp(terms, axis=2)
+    return out
+
+
+def with_log_likelihood(idata, rows, *, components=None, times=None):
+    """Add :func:`pointwise_log_likelihood` of ``rows`` under ``idata``'s draws to ``idata``.
+
+    The draws are the posterior group's ``mu``, ``kappa`` and ``weights`` (one chain);
+    ``components``: the entries of ``mu`` and ``kappa`` that are the mixture's components
+    (H-vMFmix: the leaves among the nodes); ``times``: each row's time step (T-vMFmix).
+    """
+    posterior = idata.posterior
+    weights = posterior["weights"].values[0]
+    mu, kappa = posterior["mu"].values[0], posterior["kappa"].values[0]
+    if components is not None:
+        mu, kappa = mu[:, components], kappa[:, components]
+    # one shared concentration has no component axis: the same draw for every component
+    kappa = np.broadcast_to(kappa.reshape(weights.shape[0], -1), weights.shape)
+    values = pointwise_log_likelihood(rows, mu, kappa, weights, times)
+    return _arviz.with_log_likelihood(idata, values)

@@ -663,7 +663,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             )
         return out
 
-    def to_arviz(self, num_draws: int = 200, random_state=0):
+    def to_arviz(self, num_draws: int = 200, random_state=0, X=None, times=None):
         """Return draws from q as an ``arviz.InferenceData`` (one chain of ``num_draws``).
 
         ``posterior`` holds ``mu`` (dims time, component, feature), ``kappa`` and
@@ -677,12 +677,35 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         random_state : None, int, numpy RandomState or Generator, or jax key, default 0
             Seed of the draws from q: by default the same draws at every call, as
             :meth:`BayesianVMFMixture.to_arviz` gives (None: new draws each call).
+        X : array-like or scipy.sparse matrix of shape (n_samples, n_features), optional
+            Rows whose log-likelihood under each draw, log sum_k pi_k vMF(x_i | mu_{t_i k},
+            kappa_k) at each row's time step t_i, makes the ``log_likelihood`` group
+            (variable ``x``, dims ``chain``, ``draw``, ``row``), which ArviZ's ``loo`` and
+            ``waic`` read. The draws are from q, an approximation of the posterior.
+        times : array-like of int of shape (n_samples,), optional
+            The time step of each row of X, within the fitted steps 0 .. ``n_times_`` - 1
+            (q has no draws of later means); None: the last fitted step.
 
         Returns
         -------
         arviz.InferenceData
         """
         self._check_is_fitted()
+        rows = None
+        if X is not None:
+            rows = self._check_input(X, reset=False)
+            steps = (
+                np.full(rows.shape[0], self.n_times_ - 1, np.int64)
+                if times is None
+                else check_times(times, rows.shape[0])
+            )
+            if steps.max() >= self.n_times_:
+                raise ValueError(
+                    f"times: the log-likelihood of a draw needs the rows' time steps within "
+                    f"the fitted steps 0..{self.n_times_ - 1}; got time {int(steps.max())}."
+                )
+        elif times is not None:
+            raise ValueError("times: give X too (the rows whose time steps these are).")
         params = (
             self.time_mean_directions_,
             self.time_mean_concentrations_,
@@ -691,7 +714,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             self.dirichlet_,
         )
         k = self.time_mean_directions_.shape[1]
-        return _s.q_to_arviz(
+        idata = _s.q_to_arviz(
             params,
             num_draws,
             random_state,
@@ -702,3 +725,4 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             },
             pooled=np.ones(k, bool) if self.shared_kappa else None,
         )
+        return idata if rows is None else _s.with_log_likelihood(idata, rows, times=steps)
