@@ -112,6 +112,23 @@ def scipy_mixture_log_likelihood(X, mu, kappa, weights):
 
 
 @pytest.fixture
+def diagnose_calls(monkeypatch):
+    """The keyword arguments of every call of bayesvmf._guards.diagnose in the test (the
+    guard still runs): what the degeneracy guards are given."""
+    from bayesvmf import _guards
+
+    calls = []
+    diagnose = _guards.diagnose
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return diagnose(*args, **kwargs)
+
+    monkeypatch.setattr(_guards, "diagnose", recording)
+    return calls
+
+
+@pytest.fixture
 def rng():
     """A NumPy generator with a fixed seed, new for every test."""
     return np.random.default_rng(20140621)

@@ -386,21 +386,12 @@ def test_score_samples_is_predictive(bounding_fit, data):
 
 
 @pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=20
-def test_degeneracy_guards_get_the_leaves_mean_directions(data, monkeypatch):
+def test_degeneracy_guards_get_the_leaves_mean_directions(data, diagnose_calls):
     """The coincidence guard (two occupied components with one mean direction) is given the
     leaves' mean directions. No natural H-vMFmix case was found (one cluster with 2 or 3
     leaves and the default shared concentration splits it instead: tests/
     test_bayesian_temporal.py has T-vMFmix's), so this checks what the guard receives."""
-    from bayesvmf import _guards
-
-    calls = []
-
-    def recording(*args, **kwargs):
-        calls.append(kwargs)
-        return diagnose(*args, **kwargs)
-
-    diagnose = _guards.diagnose
-    monkeypatch.setattr(_guards, "diagnose", recording)
+    calls = diagnose_calls
     X, _ = data
     model = HierarchicalVMFMixture(TREE, n_init=1, max_iter=20, random_state=0).fit(X[:120])
     assert len(calls) == 1

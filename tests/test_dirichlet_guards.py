@@ -259,20 +259,11 @@ def test_advice_leaves_out_what_is_set():
 
 @pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")  # max_iter=5
 @pytest.mark.parametrize("how", ["fit", "stream", "gibbs"])
-def test_every_fit_hands_the_topic_directions_to_the_coincidence_guard(rng, monkeypatch, how):
+def test_every_fit_hands_the_topic_directions_to_the_coincidence_guard(rng, diagnose_calls, how):
     """VEM, the stream's running topics and Gibbs pass the topics' mean directions to
     bayesvmf._guards.diagnose, so that two topics of one direction are reported as the
     other models' components are (before, only counts and concentrations reached it)."""
-    from bayesvmf import _guards
-
-    calls = []
-    diagnose = _guards.diagnose
-
-    def recording(*args, **kwargs):
-        calls.append(kwargs)
-        return diagnose(*args, **kwargs)
-
-    monkeypatch.setattr(_guards, "diagnose", recording)
+    calls = diagnose_calls
     docs, _ = clusters(rng)
     if how == "gibbs":
         model = DirichletVMFMixture(

@@ -1005,20 +1005,11 @@ def test_healthy_fit_reports_no_degenerate_cluster(three_clusters):
 
 
 @pytest.mark.parametrize("family", ["vmf", "wishart"])
-def test_the_vmf_family_hands_its_directions_to_the_coincidence_guard(rng, monkeypatch, family):
+def test_the_vmf_family_hands_its_directions_to_the_coincidence_guard(rng, diagnose_calls, family):
     """k-MLE's vMF clusters reach bayesvmf._guards.diagnose with their mean directions (two
     clusters of one direction are reported as in the other models); Wishart clusters have
     none."""
-    from bayesvmf import _guards
-
-    calls = []
-    diagnose = _guards.diagnose
-
-    def recording(*args, **kwargs):
-        calls.append(kwargs)
-        return diagnose(*args, **kwargs)
-
-    monkeypatch.setattr(_guards, "diagnose", recording)
+    calls = diagnose_calls
     if family == "vmf":
         X = np.abs(rng.normal(size=(60, 4))) + np.repeat(np.eye(4)[:2], 30, axis=0)
         model = KMLEMixture(family="vmf", n_components=2, random_state=0).fit(X)
