@@ -187,7 +187,10 @@ def host_responsibilities(weighted_log_prob: np.ndarray) -> np.ndarray:
     own, compiled for every new number of rows (and traced again in every new process).
     """
     wlp = np.asarray(weighted_log_prob, np.float64)
-    return np.exp(wlp - scipy.special.logsumexp(wlp, axis=1, keepdims=True))
+    # a row of non-finite log-densities gives NaN, as the JAX version did, without NumPy's
+    # warning
+    with np.errstate(invalid="ignore"):
+        return np.exp(wlp - scipy.special.logsumexp(wlp, axis=1, keepdims=True))
 
 
 # The special functions run inside the jitted EM steps of the estimators, with the dimension

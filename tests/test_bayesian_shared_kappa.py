@@ -155,9 +155,15 @@ def test_hierarchical_shared_kappa(sample):
     steps = np.diff(model.lower_bounds_)
     assert np.all(steps >= -1e-12 * np.abs(model.lower_bounds_[1:])), steps.min()
     assert model.s2_ > 1e-6 and model._n_parameters() == (K - 1) + (K + 1) * 7 + 2
-    kappa = model.to_arviz(num_draws=5).posterior["kappa"].values[0]  # (draw, node)
+    idata = model.to_arviz(num_draws=5, X=sample.X[:20])
+    kappa = idata.posterior["kappa"].values[0]  # (draw, node)
     np.testing.assert_array_equal(kappa[:, 2:], np.broadcast_to(kappa[:, 1:2], (5, K - 1)))
     assert np.all(kappa[:, 0] != kappa[:, 1])
+    # the leaves' one concentration, not the root's, in each draw's log-likelihood
+    mu, weights = idata.posterior["mu"].values[0, 2], idata.posterior["weights"].values[0, 2]
+    leaves = model.leaves_
+    reference = scipy_mixture_log_likelihood(sample.X[:20], mu[leaves], kappa[2, leaves], weights)
+    np.testing.assert_allclose(idata.log_likelihood["x"].values[0, 2], reference, rtol=1e-11)
 
 
 # ---- degeneracy guards ---------------------------------------------------------------------

@@ -331,7 +331,7 @@ def test_to_arviz(fitted):
 # ArviZ's diagnostics of few draws (PSIS's Pareto k, WAIC's variance) are not under test
 @pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto:UserWarning")
 @pytest.mark.filterwarnings("ignore:For one or more samples the posterior variance:UserWarning")
-def test_to_arviz_log_likelihood_at_each_rows_time(fitted, data):
+def test_to_arviz_log_likelihood_at_each_rows_time(fitted, data, monkeypatch):
     """to_arviz(X=..., times=...): each row's log-likelihood under the draw of its own time
     step's means, equal to scipy's mixture; times beyond the fitted steps are refused."""
     import arviz as az
@@ -360,6 +360,13 @@ def test_to_arviz_log_likelihood_at_each_rows_time(fitted, data):
         num_draws=10, random_state=0, X=X, times=np.full(len(X), N_TIMES - 2)
     ).log_likelihood["x"]
     np.testing.assert_array_equal(last, at_last.values[0])
+    # sparse rows, in chunks of a few rows (of one step's rows each): the same numbers, to
+    # the rounding of the sparse products' other order of summation (2e-14 measured)
+    monkeypatch.setattr(H, "LOG_LIKELIHOOD_BLOCK", 7 * 10 * K)
+    chunked = fitted.to_arviz(num_draws=10, random_state=0, X=sp.csr_matrix(X), times=times)
+    np.testing.assert_allclose(chunked.log_likelihood["x"].values[0], log_lik, atol=1e-12)
+    without = fitted.to_arviz(num_draws=10, random_state=0, X=sp.csr_matrix(X))
+    np.testing.assert_allclose(without.log_likelihood["x"].values[0], last, atol=1e-12)
     with pytest.raises(ValueError, match=r"^times: the log-likelihood of a draw needs the rows'"):
         fitted.to_arviz(X=X, times=np.full(len(X), N_TIMES - 1))
     with pytest.raises(ValueError, match=r"^times: give X too"):

@@ -280,8 +280,10 @@ def test_sharded_bayesian_vi_equals_one_device(two_devices, run):
         np.testing.assert_allclose(two[key], one[key], rtol=rtol, atol=atol, err_msg=key)
     # the first iteration (on the start, made on the host) and the later ones (on
     # replicated outputs) run one program: the start is placed like the outputs
-    # (RowBlocks.replicate); before, a fit over two devices traced update_step twice
-    assert two["update_step_traces"] <= 1
+    # (RowBlocks.replicate); before, a fit over two devices traced update_step twice. The
+    # first two-device fit of each kappa scheme traces it; the stream has steps of its own,
+    # and empirical Bayes is an argument of the program, not a new one
+    assert two["update_step_traces"] == (1 if run in ("bounding-fit", "sampling-fit") else 0)
 
 
 @pytest.mark.parametrize("mode", ["fit", "stream"])

@@ -424,8 +424,9 @@ def draw_from_q(psi, gamma, mean_log_kappa, var_log_kappa, rho, num_draws, rando
         }
 
 
-#: Entries of the (draws, rows, components) block of :func:`pointwise_log_likelihood` held at
-#: once (64 MiB of float64): rows go through in chunks of that size.
+#: Entries of a (draws, rows, components) block of :func:`pointwise_log_likelihood` (64 MiB
+#: of float64; its terms and logsumexp hold three or four such arrays at once), and of the
+#: rows' (rows, features) block: rows go through in chunks that keep both below it.
 LOG_LIKELIHOOD_BLOCK = 2**23
 
 
@@ -458,14 +459,16 @@ def pointwise_log_likelihood(rows, mu, kappa, weights, times=None) -> np.ndarray
     mu = np.asarray(mu, np.float64)
     if times is None:
         mu = mu[:, None]
-    chunk = max(1, LOG_LIKELIHOOD_BLOCK // (n_draws * n_components))
+    chunk = max(1, LOG_LIKELIHOOD_BLOCK // max(n_draws * n_components, d))
     out = np.empty((n_draws, rows.shape[0]))
     for t in np.unique(steps):
-        index = np.flatnonzero(steps == t)
+        # without times a slice of the rows (a view), with them the chunk's rows of step t
+        index = np.arange(rows.shape[0]) if times is None else np.flatnonzero(steps == t)
         directions = mu[:, t].reshape(n_draws * n_components, d)
         for start in range(0, index.size, chunk):
             part = index[start : start + chunk]
-            cos = np.asarray(rows[part] @ directions.T).reshape(part.size, n_draws, n_components)
+            block = rows[start : start + chunk] if times is None else rows[part]
+            cos = np.asarray(block @ directions.T).reshape(part.size, n_draws, n_components)
             terms = base[:, None, :] + kappa[:, None, :] * cos.transpose(1, 0, 2)
             out[:, part] = scipy.special.logsumexp(terms, axis=2)
     return out

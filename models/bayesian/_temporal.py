@@ -540,7 +540,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         """
         with jax.enable_x64(True):
             weighted = self._weighted(*self._data_times(X, times))
-        return np.argmax(np.asarray(weighted), axis=1)  # on the host: no program per n
+        return np.argmax(np.asarray(weighted), axis=1)  # on the host: no eager program
 
     def predict_proba(self, X, times=None) -> np.ndarray:
         """Return the predictive cluster probabilities of each row (rows sum to one).

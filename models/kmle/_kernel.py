@@ -355,7 +355,10 @@ def _bucket(size: int, minimum: int) -> int:
 
 
 def _pad_rows(a, n_pad):
-    # on the host: an eager concatenation is a program compiled per shape
+    if a.shape[0] == n_pad:
+        return a
+    # on the host (the data come back from the device once): an eager concatenation is a
+    # program compiled per shape
     a = np.asarray(a)
     return jnp.asarray(np.concatenate([a, np.zeros((n_pad - a.shape[0], *a.shape[1:]), a.dtype)]))
 
