@@ -233,11 +233,11 @@ def test_a_degenerate_restart_is_never_kept(rng, monkeypatch):
     diagnose = _degeneracy.diagnose
     calls = []
 
-    def first_restart_collapsed(counts, n_tokens, kappa, kappa_max, per_type=None):
+    def first_restart_collapsed(counts, n_tokens, kappa, kappa_max, *args):
         calls.append(len(calls))
         if len(calls) == 1:  # restart 0 diagnosed as collapsed: its kappa reads as capped
             kappa = np.full_like(np.asarray(kappa), kappa_max)
-        return diagnose(counts, n_tokens, kappa, kappa_max, per_type)
+        return diagnose(counts, n_tokens, kappa, kappa_max, *args)
 
     monkeypatch.setattr(_degeneracy, "diagnose", first_restart_collapsed)
     model = DirichletVMFMixture(3, alpha=0.3, n_init=2, max_iter=60, random_state=0).fit(docs)
