@@ -336,14 +336,18 @@ def lower_bound(state: TState, stats: TStats, shared_kappa: bool = False):
     n_times, n_comp = state.gamma.shape
     weight, dot = _kappa_inputs(state.emu, stats)
     prev, _ = _chain_terms(state.emu, p.mu0)
-    log_c_gamma, log_c_c0 = _mixture.log_normalizers(d, state.gamma.ravel(), p.C0)
+    # log C_d of gamma, C0 and C_first (a learnt C0) in one special-function call site
+    firsts = () if state.c_first is None else (state.c_first,)
+    log_c_gamma, log_c_c0, *log_c_first = _mixture.log_normalizers(
+        d, state.gamma.ravel(), p.C0, *firsts
+    )
     entropy_mu = -log_c_gamma - state.gamma.ravel() * jnp.linalg.norm(state.emu, axis=-1).ravel()
     if state.c_first is None:  # static: one C0 for every link
         chain = n_times * n_comp * log_c_c0 + p.C0 * jnp.sum(prev * state.emu)
     else:
         dots = jnp.sum(prev * state.emu, axis=(1, 2))  # (T,)
         chain = (
-            n_comp * _mixture.log_normalizer(d, state.c_first)
+            n_comp * log_c_first[0]
             + (n_times - 1) * n_comp * log_c_c0
             + jnp.sum(_previous_weight(state, n_times) * dots)
         )
