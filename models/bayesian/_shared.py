@@ -137,10 +137,8 @@ def _row_sum_blocks(data):
     """sum_i x_i of plain data or of row blocks (padding rows weigh 0, added over devices)."""
     count_trace("hierarchical.row_sum")
 
-    def body(_, data):
-        if isinstance(data, _blocks.RowBlocks):
-            return data.tdot(data.row_weight[:, None])[:, 0]
-        return data.tdot(jnp.ones((data.shape[0], 1)))[:, 0]
+    def body(_, data):  # the row weights (plain data: ones; padding rows: 0)
+        return data.tdot(data.weigh_rows(jnp.ones((data.block.shape[0], 1))))[:, 0]
 
     return data.map(body, jnp.zeros(()))
 

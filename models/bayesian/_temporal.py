@@ -517,12 +517,16 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         """Return the checked time index of a fit: ``times``, or 0 for every row (None)."""
         return np.zeros(n, np.int64) if times is None else check_times(times, n)
 
+    def _times_of(self, times, n: int) -> np.ndarray:
+        """Return the checked time steps of n rows (None: the last fitted time step)."""
+        if times is None:
+            return np.full(n, self.n_times_ - 1, np.int64)
+        return check_times(times, n)
+
     def _data_times(self, X, times):
         """Return device data and the checked times (None: the last fitted time step)."""
         data = self._device_data(X)
-        if times is None:
-            return data, np.full(data.shape[0], self.n_times_ - 1, np.int64)
-        return data, check_times(times, data.shape[0])
+        return data, self._times_of(times, data.shape[0])
 
     def predict(self, X, times=None) -> np.ndarray:
         """Return the most probable cluster of each row under the posterior predictive.
@@ -694,11 +698,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         rows = None
         if X is not None:
             rows = self._check_input(X, reset=False)
-            steps = (
-                np.full(rows.shape[0], self.n_times_ - 1, np.int64)
-                if times is None
-                else check_times(times, rows.shape[0])
-            )
+            steps = self._times_of(times, rows.shape[0])
             if steps.max() >= self.n_times_:
                 raise ValueError(
                     f"times: the log-likelihood of a draw needs the rows' time steps within "
