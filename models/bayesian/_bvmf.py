@@ -1,6 +1,7 @@
 """The B-vMFmix estimator (sec. 3.1 of Gopal & Yang [1]_).
 
-The model, the bound and the VI steps: :mod:`._bvmf_vi`; collapsed Gibbs: :mod:`._gibbs`.
+The model, the bound and the VI steps: :mod:`._bvmf_vi`; collapsed Gibbs: :mod:`._gibbs`;
+the start of a fit (priors, initial labels and statistics): :mod:`._bvmf_resolve`.
 
 References
 ----------
@@ -26,21 +27,17 @@ from bayesvmf._base import (
     check_random_state,
 )
 from bayesvmf.exceptions import ConvergenceWarning, NotFittedError
-from bayesvmf.models.bayesian import _bvmf_stream, _kappa
+from bayesvmf.models.bayesian import _bvmf_resolve, _bvmf_stream, _kappa
 from bayesvmf.models.bayesian._bvmf_posterior import kappa_draws, vi_to_arviz
 from bayesvmf.models.bayesian._bvmf_vi import (
     FitKeys,
     StreamState,
     VIState,
     _fit_keys,
-    _init_labels,
     _init_state,
     _kept_run,
-    _label_statistics,
     _log_predictive,
     _log_resp_rows,
-    _pooled_kappa,
-    _seed_statistics,
     _weighted_log_resp,
     vi_iterations,
 )
@@ -379,113 +376,21 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
                 params[name] = np.asarray(params[name]).tolist()
         return params
 
-    # ---- input resolution -------------------------------------------------------------------
-
-    def _check_labels(self, n: int) -> np.ndarray:
-        """Validate an array ``init`` (n,) of labels; never modifies it."""
-        labels = np.asarray(self.init)
-        name = f"{type(self).__name__}: init"
-        if labels.ndim != 1 or labels.shape[0] != n:
-            raise ValueError(
-                f"{name} must be a 1-D array of {n} labels (one per row of X); got shape "
-                f"{labels.shape}."
-            )
-        if labels.dtype.kind not in "iu":
-            if (
-                labels.dtype.kind != "f"
-                or not np.all(np.isfinite(labels))
-                or np.any(labels != np.round(labels))
-            ):
-                raise ValueError(f"{name} must hold integer labels; got dtype {labels.dtype}.")
-        labels = labels.astype(np.int64)
-        bad = np.flatnonzero((labels < 0) | (labels >= self.n_components))
-        if bad.size:
-            raise ValueError(
-                f"{name} labels must be in [0, {self.n_components}); row {bad[0]} has label "
-                f"{labels[bad[0]]}."
-            )
-        counts = np.bincount(labels, minlength=self.n_components)
-        empty = np.flatnonzero(counts == 0)
-        if empty.size:
-            raise ValueError(
-                f"{name}: component {empty[0]} has no row (every one of the "
-                f"{self.n_components} components needs at least one initial row)."
-            )
-        return labels
-
-    def _resolve_mu0(self, d: int, total: np.ndarray) -> np.ndarray:
-        """Return the prior mean direction: ``mu0``, or that of ``total`` (the sum of rows)."""
-        if self.mu0 is None:
-            norm = np.linalg.norm(total)
-            return total / norm if norm > 0 else np.eye(d)[0]
-        mu0 = np.array(self.mu0, dtype=np.float64, copy=True)
-        name = f"{type(self).__name__}: mu0"
-        if mu0.shape != (d,):
-            raise ValueError(f"{name} must have shape ({d},) (n_features); got {mu0.shape}.")
-        norm = np.linalg.norm(mu0)
-        if not np.all(np.isfinite(mu0)) or norm == 0:
-            raise ValueError(f"{name} must be a finite nonzero vector; got norm {norm}.")
-        return mu0 / norm
-
-    def _kmeans_passes(self):
-        """``kmeans_iter`` as a traced int64, or None for none (the program without passes)."""
-        return np.int64(self.kmeans_iter) if self.kmeans_iter > 0 else None
-
-    def _resolve(self, data, keys: FitKeys, user_labels):
-        """Return (priors, initial labels, initial statistics) of the B runs.
-
-        B is n_init (VI) or num_chains (Gibbs), the length of ``keys.runs``. The labels
-        (B, n) are those of the Gibbs chains or of an ``init`` array (``user_labels``,
-        checked; None for VI from seeds); the statistics ((B, K, d) r_k, (B, K) N_k) those
-        of the crisp initial assignments (:func:`._bvmf_vi._seed_statistics`, also on row
-        blocks).
-        """
-        n, d = data.shape
-        k = int(self.n_components)
-        batch = keys.runs.shape[0]
-        # large sparse data: the restarts' seeding subsample, drawn on the host
-        sample = None
-        if user_labels is None:
-            sample = _seeding.host_seeding_sample(keys.init, data, k)
-        passes = self._kmeans_passes()
-        if user_labels is not None:
-            labels = np.broadcast_to(user_labels, (batch, n))
-        elif self.inference == "gibbs":
-            labels = np.asarray(_init_labels(keys.runs, data, k, self.init, passes, sample))
-        else:
-            labels = None
-        if labels is None:
-            resultant, resp_sum = _seed_statistics(keys.runs, data, k, self.init, passes, sample)
-        else:
-            # identical labels for every run, or chains that only need run 0's statistics
-            one = _label_statistics(jnp.asarray(labels[0]), data, k)
-            resultant, resp_sum = (jnp.broadcast_to(a, (batch, *a.shape)) for a in one)
-        # the sum of the rows is the sum of the resultants of a crisp assignment
-        mu0 = self._resolve_mu0(d, np.asarray(resultant)[0].sum(axis=0))
-        if self.m is None:
-            kappa = _pooled_kappa(resultant, np.float64(n), d=d)
-            m = float(np.log(max(float(kappa), 1e-3)))
-        else:
-            m = float(self.m)
-        # float64, not weakly typed: the priors updated by empirical Bayes must keep the
-        # types of the first call, or the step would be traced twice
-        values = (self.alpha, mu0, self.C0, m, self.s2)
-        priors = Priors(*(np.asarray(v, np.float64) for v in values))
-        return priors, labels, (resultant, resp_sum)
-
     # ---- fitting ----------------------------------------------------------------------------
 
     def _fit(self, data, rng_key) -> None:
         # user input first, so that bad values fail before anything is compiled
-        user_labels = None if isinstance(self.init, str) else self._check_labels(data.shape[0])
+        user_labels = (
+            None if isinstance(self.init, str) else _bvmf_resolve.check_labels(self, data.shape[0])
+        )
         if self.inference == "gibbs":
             batch = self.num_chains
         else:  # VI from given labels is deterministic up to the MH key: one run, not n_init
             batch = 1 if user_labels is not None else self.n_init
         keys = _fit_keys(rng_key, batch=int(batch))
-        priors, labels, statistics = self._resolve(data, keys, user_labels)
+        priors, labels, statistics = _bvmf_resolve.resolve(self, data, keys, user_labels)
         # a new fit forgets any stream and its counters (a VI fit sets its own state); only
-        # now, so that a fit refused by _resolve leaves the model as it was
+        # now, so that a fit refused by _bvmf_resolve.resolve leaves the model as it was
         self._stream_forget()
         if self.inference == "gibbs":
             from bayesvmf.models.bayesian import _gibbs
