@@ -11,9 +11,7 @@ References
 
 from __future__ import annotations
 
-import functools
 import numbers
-import warnings
 from typing import Any
 
 import jax
@@ -29,27 +27,16 @@ from bayesvmf._base import (
     StreamingMixin,
     check_count,
 )
-from bayesvmf.exceptions import ConvergenceWarning
-from bayesvmf.models.dirichlet import _degeneracy
+from bayesvmf.models.dirichlet import _batch_fit, _degeneracy
 from bayesvmf.models.dirichlet._corpus import (
     _check_documents,
     padded_corpus,
     prepare_corpus,
     shard_documents,
 )
-from bayesvmf.models.dirichlet._gibbs import (
-    GIBBS_CHUNK,
-    GibbsDraw,
-    GibbsHyper,
-    run_chains,
-)
-from bayesvmf.models.dirichlet._svi import SVIStats, _svi_step
-from bayesvmf.models.dirichlet._vem import (
-    VEMHyper,
-    _vem_step,
-    e_step_documents,
-    init_vem_state,
-)
+from bayesvmf.models.dirichlet._gibbs import GibbsDraw
+from bayesvmf.models.dirichlet._svi import _svi_step
+from bayesvmf.models.dirichlet._vem import e_step_documents
 
 #: Default of ``shared_kappa`` (see the class docstring for the measurements behind it).
 SHARED_KAPPA_DEFAULT = True
@@ -431,13 +418,13 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
                 f"docs hold {X.shape[0]} vectors in total, fewer than n_topics={self.n_topics}"
             )
         key = self._make_key()
-        # a new fit forgets any stream; a VEM fit starts its own (see _fit_vem)
+        # a new fit forgets any stream; a VEM fit starts its own (see _batch_fit.fit_vem)
         self._stream_forget()
         with jax.enable_x64(True):
             if self.inference == "vem":
-                self._fit_vem(key, X, w, offsets)
+                _batch_fit.fit_vem(self, key, X, w, offsets)
             else:
-                self._fit_gibbs(key, X, w, offsets)
+                _batch_fit.fit_gibbs(self, key, X, w, offsets)
         return X, w, offsets
 
     def partial_fit(self, docs, y=None, *, weights=None, n_sets: int | None = None):
@@ -547,91 +534,11 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
             self._guard(diagnosis, int(diagnosis.degenerate), 1, stacklevel=4)
         return self
 
-    def _fit_vem(self, key, X, w, offsets) -> None:
-        devices = _blocks.resolve_devices(self.devices)
-        hyper = VEMHyper(jnp.float64(self.alpha), jnp.float64(self.kappa_max))
-        shared = bool(self.shared_kappa)
-        step = functools.partial(_vem_step, shared_kappa=shared)
-        if devices is None:
-            corpus = prepare_corpus(X, w, offsets, self._product_dtype())
-            rows, doc_index = {}, None
-        else:
-            sharded = shard_documents(X, w, offsets, devices, self._product_dtype())
-            corpus = sharded.corpus
-            rows = {"row_id": sharded.row_id, "n_real": sharded.n_real}
-            doc_index = sharded.doc_index
-        total = float(w.sum())
-        types = _degeneracy.word_types(X)
-        runs, all_bounds, diagnoses = [], [], []
-        for r, run_key in enumerate(jax.random.split(key, self.n_init)):
-            state = init_vem_state(
-                run_key, corpus, hyper, int(self.n_topics), shared_kappa=shared, **rows
-            )
-            bounds, converged = [], False
-            bar = self._progress(self.max_iter, f"VEM restart {r + 1}/{self.n_init}")
-            for _ in range(self.max_iter):
-                state, info = step(state, corpus, hyper)
-                bounds.append(float(info.lower_bound))
-                if bar is not None:
-                    bar.update()
-                if len(bounds) > 1 and abs(bounds[-1] - bounds[-2]) <= self.tol * total:
-                    converged = True
-                    break
-            if bar is not None:
-                bar.close()
-            all_bounds.append(np.array(bounds))
-            phi = np.asarray(state.phi)
-            if doc_index is not None:  # the real documents of the sharded table, in order
-                phi = phi[doc_index]
-            per_type = _degeneracy.type_counts(X, w, offsets, phi, state.mu, state.kappa, *types)
-            diagnoses.append(
-                _degeneracy.diagnose(
-                    info.resp_sum, total, state.kappa, self.kappa_max, per_type, state.mu
-                )
-            )
-            runs.append((state, bounds, converged, info, phi))
-        # among the restarts that did not degenerate (a collapsed topic raises the bound), the
-        # first within tol (per unit of weight) of the best: near-ties are one optimum, and
-        # the choice must not hang on rounding (e.g. the device count)
-        best = _guards.select_run([b[-1] for b in all_bounds], diagnoses, self.tol * total)
-        state, bounds, converged, info, phi = runs[best]
-        if not converged:
-            warnings.warn(
-                f"DirichletVMFMixture (vem): the best of {self.n_init} restarts did not converge "
-                f"in max_iter={self.max_iter} iterations (last bound change "
-                f"{abs(bounds[-1] - bounds[-2]) / total if len(bounds) > 1 else np.inf:.3g} "
-                f"per vector > tol={self.tol}); increase max_iter or tol",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
-        self.mean_directions_ = np.asarray(state.mu)
-        self.concentrations_ = np.asarray(state.kappa)
-        self.doc_topic_ = phi / phi.sum(axis=1, keepdims=True)
-        resp_sum = np.asarray(info.resp_sum)
-        self.weights_ = resp_sum / resp_sum.sum()
-        self.lower_bounds_ = np.array(bounds)
-        self.lower_bounds_all_ = all_bounds
-        self.lower_bound_ = bounds[-1]
-        self.n_iter_ = len(bounds)
-        self.converged_ = converged
-        self.collapsed_ = np.asarray(info.collapsed)
-        # the statistics of eqs. (6), (7) behind the returned topics: partial_fit continues
-        # from them (SVI step t = 1, 2, ... after this fit)
-        online = (
-            SVIStats(
-                jnp.asarray(info.resp_sum, jnp.float64), jnp.asarray(info.resultant, jnp.float64)
-            ),
-            jnp.asarray(state.mu, jnp.float64),
-            jnp.asarray(state.kappa, jnp.float64),
-        )
-        self._stream_commit(online, len(offsets) - 1)
-        self._guard(diagnoses[best], sum(d.degenerate for d in diagnoses), self.n_init)
-
     def _guard(self, diagnosis, n_degenerate: int, n_runs: int, stacklevel: int = 6) -> None:
         """Set the degeneracy attributes and warn about the kept state (:mod:`bayesvmf._guards`).
 
         ``stacklevel`` counts from :func:`bayesvmf._guards.warn_components` to the user's call
-        (warn_components, _guard, _fit_vem, _fit_new, fit, the caller: 6).
+        (warn_components, _guard, _batch_fit.fit_vem, _fit_new, fit, the caller: 6).
         """
         _guards.report(self, diagnosis, n_degenerate)
         _guards.warn_components(
@@ -642,70 +549,6 @@ class DirichletVMFMixture(StreamingMixin, BaseVMFEstimator):
             n_degenerate_runs=n_degenerate,
             stacklevel=stacklevel,
         )
-
-    def _fit_gibbs(self, key, X, w, offsets) -> None:
-        if not np.allclose(w, np.round(w)):
-            j = int(np.flatnonzero(~np.isclose(w, np.round(w)))[0])
-            i = int(np.searchsorted(offsets, j, side="right") - 1)
-            raise ValueError(
-                f"weights[{i}] must hold whole numbers (counts) for inference='gibbs'; "
-                f"position {j - offsets[i]} is {w[j]!r}"
-            )
-        # a vector of count w is w tokens, each with its own topic
-        counts = np.round(w).astype(np.int64)
-        lengths = np.array(
-            [counts[offsets[i] : offsets[i + 1]].sum() for i in range(len(offsets) - 1)]
-        )
-        Xt = np.repeat(X, counts, axis=0)
-        tok_offsets = np.concatenate([[0], np.cumsum(lengths)])
-        corpus = prepare_corpus(Xt, np.ones(len(Xt)), tok_offsets)
-        d = X.shape[1]
-        mean = (w[:, None] * X).sum(axis=0)
-        mu0 = mean / max(np.linalg.norm(mean), np.finfo(float).tiny)
-        hyper = GibbsHyper(
-            jnp.float64(self.alpha),
-            jnp.asarray(self.mu_prior_concentration * mu0, jnp.float64),
-            jnp.float64(self.kappa_prior[0]),
-            jnp.float64(self.kappa_prior[1]),
-            jnp.float64(self.kappa_max),
-        )
-        bar = self._progress(-(-(self.num_warmup + self.num_samples) // GIBBS_CHUNK), "Gibbs")
-        samples, theta, states = run_chains(
-            key,
-            corpus,
-            hyper,
-            int(self.n_topics),
-            self.num_chains,
-            self.num_warmup,
-            self.num_samples,
-            bool(self.shared_kappa),
-            bar,
-        )
-        n_total = self.num_warmup + self.num_samples
-        self.samples_ = samples
-        mean_mu = samples["mu"].mean(axis=(0, 1))
-        self.mean_directions_ = mean_mu / np.linalg.norm(mean_mu, axis=1, keepdims=True)
-        self.concentrations_ = samples["kappa"].mean(axis=(0, 1))
-        self.weights_ = samples["weights"].mean(axis=(0, 1))
-        self.doc_topic_ = theta.mean(axis=0)
-        self.lower_bounds_ = np.array([])
-        self.lower_bounds_all_ = []
-        self.lower_bound_ = float("nan")
-        self.n_iter_ = n_total
-        self.converged_ = True
-        self.n_features_ = d
-        # the posterior means of weights and kappa; the word types of chain 0's last z (the
-        # chain the others are relabelled to)
-        per_type = _degeneracy.token_type_counts(X, counts, states.z[0], int(self.n_topics))
-        diagnosis = _degeneracy.diagnose(
-            self.weights_,
-            float(len(Xt)),
-            self.concentrations_,
-            self.kappa_max,
-            per_type,
-            self.mean_directions_,
-        )
-        self._guard(diagnosis, int(diagnosis.degenerate), 1)
 
     # ---------------------------------------------------------------- use
     def _e_step(self, docs, weights):
