@@ -222,14 +222,14 @@ def test_stopped_restarts_leave_the_batch(small, monkeypatch):
     full = SparseVMFMixture(3, n_init=N_INIT, random_state=3, tol=1e-10, **LEGACY).fit(X)
     assert len(set(full.run_n_iter_.tolist())) > 1  # the runs stop at different iterations
     assert full.n_iter_ == full.run_n_iter_[np.argmax(full.run_lower_bounds_ == full.lower_bound_)]
-    step, sizes = S.em_step, []
+    data_pass, sizes = S.data_pass, []
 
-    def spy(state, *args, **kwargs):
-        sizes.append(state.mu.shape[0])
-        return step(state, *args, **kwargs)
+    def spy(log_weights, *args, **kwargs):
+        sizes.append(log_weights.shape[0])
+        return data_pass(log_weights, *args, **kwargs)
 
-    # run_em and the constant live in the private module _em (the package re-exports em_step)
-    monkeypatch.setattr(S._em, "em_step", spy)
+    # run_em and the constant live in the private module _em (the package re-exports them)
+    monkeypatch.setattr(S._em, "data_pass", spy)
     monkeypatch.setattr(S._em, "COMPACT_MIN_WORK", 0)
     compact = SparseVMFMixture(3, n_init=N_INIT, random_state=3, tol=1e-10, **LEGACY).fit(X)
     assert sizes[0] == N_INIT and sizes[-1] < N_INIT and sizes == sorted(sizes, reverse=True)
@@ -260,6 +260,21 @@ def test_no_recompilation_across_fits_restarts_and_path(small):
     path = SparseVMFMixture(3, n_init=N_INIT, random_state=2, **LEGACY).path(X, max_steps=4)
     assert len(path) >= 2
     assert _mixture.TRACE_COUNTS == before
+
+
+def test_a_new_row_count_compiles_only_the_passes_over_the_rows(small):
+    """The EM iteration's M-step and the start's parameters (the kappa solve's special
+    functions) are programs per (restarts, K, d): a fit on one more row traces only the
+    programs that read the rows again (as B-vMFmix's, tests/test_bayesian_vi.py)."""
+    X, _ = small
+    per_shape = ("sparse.close_step", "sparse.init_parameters")
+    per_rows = ("sparse.data_pass", "sparse.init")
+    counts = []
+    for n in (len(X) - 1, len(X)):
+        SparseVMFMixture(3, n_init=2, random_state=0).fit(X[:n])
+        counts.append([_mixture.TRACE_COUNTS.get(name, 0) for name in per_shape + per_rows])
+    assert counts[0][:2] == counts[1][:2] and min(counts[0][:2]) > 0  # not again
+    assert counts[1][2:] == [c + 1 for c in counts[0][2:]]  # once for the new row count
 
 
 def test_convergence_warning(small):

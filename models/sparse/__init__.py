@@ -46,6 +46,8 @@ References
 from bayesvmf._parallel import spherical_kmeans, split_gains, split_merge
 from bayesvmf.models.sparse._em import (
     EMState,
+    close_step,
+    data_pass,
     em_step,
     fresh_state,
     init_state,
@@ -68,6 +70,8 @@ del _cls
 
 __all__ = [
     "EMState",
+    "close_step",
+    "data_pass",
     "em_step",
     "init_state",
     "init_state_from_labels",

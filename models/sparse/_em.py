@@ -1,7 +1,8 @@
 """Batch EM of the sparse vMF mixture (Algorithm 2 of [1]_), for a batch of restarts.
 
 The state of B runs side by side (:class:`EMState`), the M-step (eqs. (20)-(22), the
-mu/kappa fixed point), one jitted EM iteration of every run (:func:`em_step`), the
+mu/kappa fixed point), one EM iteration of every run (:func:`em_step`: a data pass compiled
+per data shape, :func:`data_pass`, and a step compiled per K and d, :func:`close_step`), the
 initialisations (Algorithm 4 and spherical k-means++, or given labels) and the loop that
 drives the iterations (:func:`run_em`). The estimator is
 :class:`bayesvmf.models.sparse.SparseVMFMixture`; symbols as in the package docstring.
@@ -29,7 +30,7 @@ from bayesvmf._program_cache import persistent_jit
 FIXED_POINT_MAX_ITER = 100
 FIXED_POINT_RTOL = 1e-12
 
-#: :func:`run_em` takes stopped restarts out of the batch (compiling ``em_step`` for the
+#: :func:`run_em` takes stopped restarts out of the batch (compiling its two programs for the
 #: smaller batch, about a second) only when one run's data pass costs at least this many
 #: multiply-adds (about 15 ms on one core): the 20-Newsgroups-size corpus at K = 20 costs
 #: 6.8e7, the small test problems far less.
@@ -39,7 +40,7 @@ COMPACT_MIN_WORK = 2**25
 class EMState(NamedTuple):
     """State of a batch of B EM runs (Algorithm 2 of [1]_), one per restart.
 
-    A pytree of device arrays with the batch axis first; :func:`em_step` maps it to the next
+    A pytree of device arrays with the batch axis first; :func:`close_step` maps it to the next
     state.
 
     Attributes
@@ -202,22 +203,20 @@ def m_step(resultant, resp_sum, kappa, beta, kappa_max, *, shared_kappa: bool):
     )
 
 
-@persistent_jit(static_argnames=("shared_kappa",), compiler_options=_mixture.JIT_OPTIONS)
 def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, shared_kappa: bool):
-    """One EM iteration of every run of a batch (Algorithm 2 of [1]_), one jitted program.
+    """One EM iteration of every run of a batch (Algorithm 2 of [1]_), as :func:`run_em` does it.
 
-    Per run: a data pass at the current parameters (log C_d(kappa), the log-space E-step of
-    eqs. (15)-(17), the resultants of eq. (23), the penalised bound of eq. (11)), the
-    convergence test (:func:`settled`), then the M-step
+    Per run: a data pass at the current parameters (the log-space E-step of eqs.
+    (15)-(17) and the resultants of eq. (23): :func:`data_pass`), then :func:`close_step`:
+    the penalised bound of eq. (11), the convergence test (:func:`settled`) and the M-step
     (:func:`m_step`) if the run is still active. A degenerate M-step keeps the previous
     (finite) parameters and sets the run's status. Runs that are converged, degenerate or at
     ``max_iter`` only refresh their data-pass quantities, so after a step in which no run was
     active ``bound``, ``log_likelihood`` and ``resultant`` describe the returned parameters.
 
-    Jitted once at module level; d is static (from the data shape), so the special-function
-    branch is chosen at trace time, and the numbers ``beta``, ``kappa_max``, ``tol``,
-    ``rtol``, ``max_iter`` are traced: nothing recompiles across iterations, restarts or path
-    steps.
+    Three compiled calls: ``close_step`` in its ``first`` mode for log C_d(kappa) of the
+    state, the data pass, then ``close_step``. :func:`run_em` makes the first only once per
+    fit, since each ``close_step`` returns log C_d of its new kappa.
 
     Parameters
     ----------
@@ -236,48 +235,92 @@ def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, share
     any_active : jax.Array of bool
         Whether some run did an M-step (the caller loops until it is False).
     """
-    _mixture.count_trace("sparse.em_step")
-    # sharded data (RowBlocks on a mesh): the body runs on every device's block of rows,
-    # the E-step statistics are summed over devices (psum), the M-step runs replicated
-    return data.map(
-        functools.partial(_em_step_body, shared_kappa=shared_kappa),
-        (state, beta, kappa_max, tol, rtol, max_iter),
+    numbers = (beta, kappa_max, tol, rtol, max_iter)
+    n_rows = np.float64(data.shape[0])
+    state, _, log_c = close_step(
+        state,
+        _no_statistics(state, data),
+        n_rows,
+        *numbers,
+        np.bool_(True),
+        shared_kappa=shared_kappa,
     )
+    statistics = data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
+    state, any_active, _ = close_step(
+        state, statistics, n_rows, *numbers, np.bool_(False), shared_kappa=shared_kappa
+    )
+    return state, any_active
 
 
-def settled(bound, previous, tol, rtol, uniform):
-    """Convergence test of one run: ``|bound - previous| <= tol + rtol |bound - uniform|``.
+@persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
+def data_pass(log_weights, mu, kappa, log_c, data):
+    """E-step statistics of every run of a batch: r_k, N_k and the total log-likelihood.
 
-    ``bound`` is the penalised log-likelihood per row (eq. (11) / n), ``uniform`` the log
-    density of the uniform distribution on the sphere, log C_d(0). The log-likelihood has
-    an arbitrary additive scale (the density is relative to the surface measure: log C_d(0)
-    is about +344 at d = 256 and +96,000 at d = 26,214), so the relative part compares the
-    change with the gain per row over the uniform model, which does not depend on it. An
-    absolute threshold alone asks for ever smaller relative changes on concentrated data,
-    where EM's last iterations creep (benchmarks/results/vs_sklearn.md: dozens of
-    iterations for no better partition). ``rtol = 0`` is the absolute test of earlier
-    versions.
+    The part of an EM iteration that reads the rows (:func:`bayesvmf._parallel.e_statistics`,
+    eqs. (9), (15)-(17), (23)), vmapped over the runs; ``log_c`` = log C_d(kappa), of shape
+    (B, K), comes from :func:`close_step`, so that no special function is compiled into this
+    program: it is the only one of the iteration compiled per number of rows (a new row
+    count, as cross-validation folds and scikit-learn's checks make, compiles 0.08 s of
+    products instead of a 0.47 s whole step: measured, 50 x 5, K = 3). Row blocks on a mesh
+    of devices: every device's rows, the sums added over devices (``psum``).
+
+    Returns
+    -------
+    resultant : jax.Array of shape (B, K, d)
+    resp_sum : jax.Array of shape (B, K)
+    log_likelihood : jax.Array of shape (B,)
     """
-    return jnp.abs(bound - previous) <= tol + rtol * jnp.abs(bound - uniform)
+    _mixture.count_trace("sparse.data_pass")
+
+    def batch(args, data):
+        return jax.vmap(
+            lambda log_w, mu, kappa, log_c: _parallel.e_statistics(data, log_w, mu, kappa, log_c)
+        )(*args)
+
+    return data.map(batch, (log_weights, mu, kappa, log_c))
 
 
-def _em_step_body(args, data, *, shared_kappa: bool):
-    """Body of :func:`em_step` on plain data or on one block of rows (see ``data.map``)."""
-    state, beta, kappa_max, tol, rtol, max_iter = args
-    n_samples, n_features = data.shape
+@persistent_jit(static_argnames=("shared_kappa",), compiler_options=_mixture.JIT_OPTIONS)
+def close_step(
+    state: EMState,
+    statistics,
+    n_rows,
+    beta,
+    kappa_max,
+    tol,
+    rtol,
+    max_iter,
+    first,
+    *,
+    shared_kappa: bool,
+):
+    """Close an EM iteration of every run from its data pass: bound, convergence, M-step.
 
-    def one(s: EMState):
-        log_c = _mixture.log_normalizer(n_features, s.kappa)
-        resultant, resp_sum, log_likelihood = _parallel.e_statistics(
-            data, s.log_weights, s.mu, s.kappa, log_c
-        )
-        bound = penalised_bound(log_likelihood, s.mu, beta, n_samples)
+    ``statistics`` = (resultant, resp_sum, log_likelihood) of :func:`data_pass` at the
+    state's parameters; ``n_rows`` the number of rows (traced, float64). Per run: the
+    penalised bound of eq. (11) / n, the convergence test (:func:`settled`), then the
+    M-step (:func:`_m_step`, eqs. (20)-(22)) if the run is still active. Never sees the
+    rows: compiled once per (B, K, d), whatever the number of rows (the special functions
+    of the kappa solve are most of an iteration's compile time). ``first`` (a traced bool):
+    no iteration to close; the state comes back as it is, with ``any_active`` True.
+
+    Returns
+    -------
+    state : EMState
+    any_active : jax.Array of bool
+        Whether some run did an M-step (the caller loops until it is False).
+    log_c : jax.Array of shape (B, K)
+        log C_d(kappa) of the returned state, for the next :func:`data_pass`.
+    """
+    _mixture.count_trace("sparse.close_step")
+    d = state.mu.shape[-1]
+    uniform = _mixture.log_normalizer(d, 0.0)
+
+    def one(s: EMState, resultant, resp_sum, log_likelihood):
+        bound = penalised_bound(log_likelihood, s.mu, beta, n_rows)
         healthy = s.status == Status.OK
         converged = s.converged | (
-            (~s.converged)
-            & healthy
-            & (s.n_iter > 0)
-            & settled(bound, s.bound, tol, rtol, _mixture.log_normalizer(n_features, 0.0))
+            (~s.converged) & healthy & (s.n_iter > 0) & settled(bound, s.bound, tol, rtol, uniform)
         )
         active = (~converged) & healthy & (s.n_iter < max_iter)
         new_lw, new_mu, new_kappa, new_status = _m_step(
@@ -297,8 +340,50 @@ def _em_step_body(args, data, *, shared_kappa: bool):
         )
         return new, active
 
-    new_state, active = jax.vmap(one)(state)
-    return new_state, jnp.any(active)
+    def close(state, statistics):
+        new_state, active = jax.vmap(one)(state, *statistics)
+        return new_state, jnp.any(active)
+
+    def open_(state, statistics):
+        return state, jnp.bool_(True)
+
+    # a conditional, not a select: the first call skips the M-step (its fixed point on the
+    # placeholder statistics would cost as much as a real one)
+    state = jax.tree.map(jnp.asarray, state)
+    new_state, any_active = jax.lax.cond(first, open_, close, state, statistics)
+    return new_state, any_active, _mixture.log_normalizer(d, new_state.kappa)
+
+
+def _no_statistics(state: EMState, data):
+    """Return placeholder statistics for :func:`close_step`'s ``first`` call (ignored there).
+
+    Placed as :func:`data_pass`'s outputs are (replicated over a mesh of row blocks), so
+    that the first call is the program of every later one.
+    """
+    batch, n_components = state.kappa.shape
+    return data.replicate(
+        (
+            np.zeros(state.mu.shape, np.float64),
+            np.zeros((batch, n_components), np.float64),
+            np.zeros(batch, np.float64),
+        )
+    )
+
+
+def settled(bound, previous, tol, rtol, uniform):
+    """Convergence test of one run: ``|bound - previous| <= tol + rtol |bound - uniform|``.
+
+    ``bound`` is the penalised log-likelihood per row (eq. (11) / n), ``uniform`` the log
+    density of the uniform distribution on the sphere, log C_d(0). The log-likelihood has
+    an arbitrary additive scale (the density is relative to the surface measure: log C_d(0)
+    is about +344 at d = 256 and +96,000 at d = 26,214), so the relative part compares the
+    change with the gain per row over the uniform model, which does not depend on it. An
+    absolute threshold alone asks for ever smaller relative changes on concentrated data,
+    where EM's last iterations creep (benchmarks/results/vs_sklearn.md: dozens of
+    iterations for no better partition). ``rtol = 0`` is the absolute test of earlier
+    versions.
+    """
+    return jnp.abs(bound - previous) <= tol + rtol * jnp.abs(bound - uniform)
 
 
 @persistent_jit(
@@ -346,27 +431,39 @@ def _refine_batch(mu, data, hard_iter, moves):
     return data.map(batch, (mu, hard_iter))
 
 
-@persistent_jit(static_argnames=("shared_kappa", "refined"), compiler_options=_mixture.JIT_OPTIONS)
-def _init_batch(mu, data, kappa_max, shared_kappa, refined):
-    """Crisp statistics and parameters of every restart (Algorithm 4 of [1]_)."""
+@persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
+def _crisp_batch(mu, data):
+    """Crisp statistics of every restart's seeds (B, K, d): (resultant, resp_sum).
+
+    The part of Algorithm 4 of [1]_ that reads the rows (compiled per data shape); sharded
+    data: every device's rows, the sums added over devices (see :func:`data_pass`).
+    """
     _mixture.count_trace("sparse.init")
 
-    def batch(args, data):
-        mu, kappa_max = args
+    def batch(mu, data):
+        return jax.vmap(lambda mu: _parallel.crisp_statistics(data, mu))(mu)
 
-        def one(mu):
-            resultant, resp_sum = _parallel.crisp_statistics(data, mu)
-            if refined:
-                # the M-step of the final partition (as init_state_from_labels)
-                mu = _parallel.normalised(resultant, mu)
-            rho = _rho(mu, resultant, resp_sum, shared_kappa)
-            kappa, collapsed = _mixture.solve_kappa(data.shape[1], rho, kappa_max)
-            return _log_weights(resp_sum), mu, kappa, _status(resp_sum, rho, collapsed)
+    return data.map(batch, mu)
 
-        return jax.vmap(one)(mu)
 
-    # sharded data: crisp statistics from every device's rows (see em_step)
-    return data.map(batch, (mu, kappa_max))
+@persistent_jit(static_argnames=("shared_kappa", "refined"), compiler_options=_mixture.JIT_OPTIONS)
+def _init_parameters(mu, resultant, resp_sum, kappa_max, shared_kappa, refined):
+    """Parameters of every restart from its crisp statistics (Algorithm 4 of [1]_).
+
+    Never sees the rows: compiled per (B, K, d), whatever the number of rows (the kappa
+    solve's special functions are most of its compile time).
+    """
+    _mixture.count_trace("sparse.init_parameters")
+
+    def one(mu, resultant, resp_sum):
+        if refined:
+            # the M-step of the final partition (as init_state_from_labels)
+            mu = _parallel.normalised(resultant, mu)
+        rho = _rho(mu, resultant, resp_sum, shared_kappa)
+        kappa, collapsed = _mixture.solve_kappa(mu.shape[-1], rho, kappa_max)
+        return _log_weights(resp_sum), mu, kappa, _status(resp_sum, rho, collapsed)
+
+    return jax.vmap(one)(mu, resultant, resp_sum)
 
 
 def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa_max, hard_iter=0):
@@ -389,10 +486,12 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     before session 25, 0.3 s on the subsample, then 1.2-1.7 s on all rows, against 3.7-4.4 s
     on all rows without the subsample's, at one held-out ARI; whole fits then took 1.69 s
     (median of seeds 0-4), against 1.26 s with the moves on the subsample only. Each run
-    has its own key; the runs go through three jitted programs (seeds, refinement,
-    statistics), vmapped over them. (Three, not one: composed into one program the
+    has its own key; the runs go through four jitted programs (seeds, refinement, crisp
+    statistics, parameters), vmapped over them. (Not one: composed into one program the
     seeding and the hard passes were measured slower than apart on CPU, 0.52 s against
-    0.20 + 0.14 s for 50,000 x 256, K = 32, seeding all rows.)
+    0.20 + 0.14 s for 50,000 x 256, K = 32, seeding all rows; the parameters, whose
+    kappa solve is most of the compile time, never see the rows, so that a new row count
+    does not compile them again.)
 
     Returns
     -------
@@ -407,8 +506,9 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
         # the moves were made on the subsample, if the seeds came from one (_parallel.refine)
         moves = not _seeding.subsamples(data, int(n_components), sample)
         mu = _refine_batch(mu, data, np.int64(hard_iter), moves)
-    log_weights, mu, kappa, status = _init_batch(
-        mu, data, np.float64(kappa_max), bool(shared_kappa), refined
+    resultant, resp_sum = _crisp_batch(mu, data)
+    log_weights, mu, kappa, status = _init_parameters(
+        mu, resultant, resp_sum, np.float64(kappa_max), bool(shared_kappa), refined
     )
     return fresh_state(log_weights, mu, kappa, status)
 
@@ -516,12 +616,14 @@ def run_em(
     """Run Algorithm 2 of [1]_ on a batch of runs until each converges, degenerates or stops.
 
     A run converges when :func:`settled` (``tol`` absolute, ``rtol`` relative; the default
-    ``rtol = 0`` is the absolute test). Calls the jitted :func:`em_step` until no run is
-    active; the loop ends with a data pass at the final parameters, so ``bound``,
-    ``log_likelihood`` and ``resultant`` always
-    describe the returned parameters. This Python loop is the only one (it reads one bool
-    per iteration from the device, and the runs' iteration counts when it compacts); every
-    step it calls is compiled once per batch size.
+    ``rtol = 0`` is the absolute test). Each iteration calls the jitted :func:`data_pass`
+    (the rows: compiled per data shape) and :func:`close_step` (bound, convergence, M-step:
+    compiled per batch size, K and d, whatever the number of rows), as :func:`em_step`
+    does, until no run is active; the loop ends with a data pass at the final parameters, so
+    ``bound``, ``log_likelihood`` and ``resultant`` always describe the returned
+    parameters. This Python loop is the only one (it reads one bool per iteration from the
+    device, and the runs' iteration counts when it compacts); every program it calls is
+    compiled once per batch size.
 
     Compaction: a run stops costing work once it has stopped. The restarts share one data
     pass (their products are batched), so without compaction every iteration costs the
@@ -529,7 +631,7 @@ def run_em(
     (at least :data:`COMPACT_MIN_WORK` multiply-adds, see :func:`_pass_work`), the runs that
     have stopped are taken out of the batch as soon as the running ones fit in a batch of
     the next power of two below the current size (padded with stopped runs, which stay as
-    they are); ``em_step`` compiles once for each such size. A stopped run's state is final
+    they are); the two programs compile once for each such size. A stopped run's state is final
     (a run that did no M-step in a step never does one again), so the result is that of
     the full batch up to rounding: a smaller batch may round differently in the last bits.
     Smaller data keeps the whole batch (compiling would cost more than the saved passes).
@@ -551,7 +653,7 @@ def run_em(
         n_iter=jnp.asarray(state.n_iter, jnp.int64),
         converged=jnp.asarray(state.converged, bool),
     )
-    # every later call takes em_step's outputs: the first call gets the same placement, or
+    # every later call takes close_step's outputs: the first call gets the same placement, or
     # its host-made counts and flags would make it a program of its own (one more
     # compilation, or one more read from the cache, per fit)
     placement = _output_placement(data, state.mu)
@@ -562,8 +664,22 @@ def run_em(
     rows = np.arange(batch)  # the run (index in the caller's batch) of each row of `state`
     stopped: dict[int, EMState] = {}  # final state of the runs taken out of the batch
     n_iter = np.asarray(state.n_iter) if compact else None
+    n_rows, shared_kappa = np.float64(data.shape[0]), bool(shared_kappa)
+    # one iteration = data_pass (per row count) + close_step (per B, K, d; it returns the
+    # log C_d(kappa) of the next pass): the first close_step only gives the start's log C_d
+    state, _, log_c = close_step(
+        state,
+        _no_statistics(state, data),
+        n_rows,
+        *args,
+        np.bool_(True),
+        shared_kappa=shared_kappa,
+    )
     while True:
-        state, any_active = em_step(state, data, *args, shared_kappa=bool(shared_kappa))
+        statistics = data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
+        state, any_active, log_c = close_step(
+            state, statistics, n_rows, *args, np.bool_(False), shared_kappa=shared_kappa
+        )
         if not bool(any_active):
             break
         if progress is not None:
@@ -579,7 +695,7 @@ def run_em(
                 # the running rows first, then stopped ones as padding (in batch order)
                 keep = np.concatenate([np.flatnonzero(running), np.flatnonzero(~running)])
                 keep = np.sort(keep[:size])
-                state = EMState(*(a[keep] for a in state))
+                state, log_c = EMState(*(a[keep] for a in state)), log_c[keep]
                 rows, n_iter = rows[keep], n_iter[keep]
     if not stopped:
         return state
@@ -589,7 +705,7 @@ def run_em(
 
 
 def _output_placement(data, mu):
-    """Where :func:`em_step` places its outputs, or None if that is not known here.
+    """Where :func:`close_step` places its outputs, or None if that is not known here.
 
     Replicated over the mesh of sharded rows; otherwise on the device of the directions
     when they are committed to one (the estimators' starts are; directions made on the
