@@ -118,7 +118,8 @@ def test_static_dimension_matches_table(d):
 @pytest.mark.parametrize("d", [2, 10, 42, 1000, 100_000])
 def test_static_dimension_float32(d):
     """float32 with a Python-int d (one order for every kappa: the folded Debye sums of
-    ``special._debye_sums``) keeps the documented float32 bounds of :func:`test_float32`."""
+    ``_bessel_branches._debye_sums``) keeps the documented float32 bounds of
+    :func:`test_float32`."""
     rows = D == d
     with jax.enable_x64(False):
         kappa32 = jnp.asarray(KAPPA[rows], dtype=jnp.float32)
