@@ -3,16 +3,26 @@
 Issue 4 asks for a "per iteration cost within a small factor of one EM iteration of the
 classical mixture"; this benchmark measures it. On the same data, back to back:
 
-- EM: one compiled ``models.sparse.em_step`` of ``SparseVMFMixture(beta=0,
-  shared_kappa=True)`` (one restart), the baseline;
-- B-vMFmix VI: one compiled ``models.bayesian._bvmf.vi_step`` (one restart), with
-  ``kappa_update="sampling"`` and ``"bounding"`` (the estimator's default sizes);
+- EM: one iteration of ``SparseVMFMixture(beta=0, shared_kappa=True)`` (one restart) as
+  ``models.sparse.run_em`` makes it, the baseline: the two compiled programs
+  ``models.sparse.data_pass`` (the pass over the rows) then ``models.sparse.close_step``
+  (bound, convergence test, M-step, and log C_d of the new kappa for the next pass); the
+  first pass's log C_d(kappa) is computed once beforehand, as ``close_step`` hands it on
+  in a fit;
+- B-vMFmix VI: one iteration (one restart) as
+  ``models.bayesian._bvmf_vi.vi_iterations`` makes it: the two compiled programs
+  ``data_step`` (q(z) and its statistics, the pass over the rows) then ``update_step``
+  (the bound, the convergence test, then q(pi), q(mu), q(kappa) and the empirical Bayes
+  updates of the next iteration), with ``kappa_update="sampling"`` and ``"bounding"``
+  (the estimator's defaults otherwise: its static sizes, ``shared_kappa=True``, empirical
+  Bayes on); the state is built by the helpers of the estimator's fit
+  (``_bvmf_resolve.resolve``, ``_bvmf_vi._init_state``) from the EM labels;
 - B-vMFmix Gibbs: one collapsed sweep (every label once, then the kappa moves) inside the
-  compiled chunk program ``models.bayesian._gibbs._gibbs_chunk``, run for
+  compiled chunk program ``models.bayesian._gibbs_kernel._gibbs_chunk``, run for
   ``GIBBS_SWEEPS`` sweeps and divided, with one chain and with two chains (the estimator's
-  default; that time is also divided by 2, the time of one chain's sweep); the chains start
-  from 50 sweeps of warm-up from the EM labels, so the timed sweeps are stationary-phase
-  sweeps;
+  default; that time is also divided by 2, the time of one chain's sweep), with the
+  estimator's default ``shared_kappa=True``; the chains start from 50 sweeps of warm-up
+  from the EM labels, so the timed sweeps are stationary-phase sweeps;
 - H-vMFmix (a balanced tree with K leaves) and T-vMFmix (5 time steps): these have no
   step function outside their fit loop, so their iteration is timed through the public
   ``fit``: (time of a fit with ``max_iter = FIT_LONG``) minus (time with ``FIT_SHORT``),
@@ -25,9 +35,13 @@ over interleaved rounds, each round timing every method once after a warm-up cal
 the load of the shared machine affects all alike; a ratio is the median of the per-round
 ratios to the round's EM iteration.
 
+EM and VI run on the training data their estimators build (dense rows with a transposed
+copy), Gibbs on plain data; all in float64 (``dtype="float64"``, not the estimators'
+default "mixed").
+
 Writes benchmarks/results/iterations.json and iterations.md. Run from the project root:
 
-    /work/venv/bin/python benchmarks/bench_iterations.py
+    .venv/bin/python benchmarks/bench_iterations.py
 """
 
 import json
@@ -45,7 +59,7 @@ from sklearn.preprocessing import normalize
 from bayesvmf import _data, _mixture, make_vmf_mixture
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import sparse as S
-from bayesvmf.models.bayesian import _bvmf, _gibbs
+from bayesvmf.models.bayesian import _bvmf_resolve, _bvmf_vi, _gibbs
 from bayesvmf.models.bayesian._bvmf import BayesianVMFMixture
 from bayesvmf.models.bayesian._hierarchical import HierarchicalVMFMixture, balanced_tree
 from bayesvmf.models.bayesian._temporal import TemporalVMFMixture
@@ -75,7 +89,11 @@ def _timed(fn):
 
 
 def em_iteration(data, K):
-    """Return a callable running one compiled EM step (one restart) and the EM labels."""
+    """Return a callable running one EM iteration (one restart) and the EM labels.
+
+    The iteration of ``run_em``: ``data_pass`` then ``close_step`` (not ``em_step``, which
+    also makes a ``close_step`` call of its own for log C_d(kappa) of its start).
+    """
     state = S.init_state(
         jax.random.key(SEED),
         data,
@@ -90,37 +108,71 @@ def em_iteration(data, K):
     for _ in range(20):  # move away from the initialisation, then time from a fixed state
         state, _ = S.em_step(state, data, *args, shared_kappa=True)
     # EM's labels (closest mean direction) start the Bayesian models on the same clusters
-    labels = np.asarray(jnp.argmax(_data.data_dot(data, state.mu[0].T), axis=1))
+    labels = np.asarray(jnp.argmax(data.dot(state.mu[0].T), axis=1))
+    # log C_d(kappa) of the fixed state: in a fit the previous close_step hands it on
+    log_c = _mixture.log_normalizer(data.shape[1], state.kappa)
+    n_rows = np.float64(data.shape[0])
 
     def step():
-        jax.block_until_ready(S.em_step(state, data, *args, shared_kappa=True))
+        statistics = S.data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
+        jax.block_until_ready(
+            S.close_step(state, statistics, n_rows, *args, np.bool_(False), shared_kappa=True)
+        )
 
     return step, labels
 
 
+def vi_state(model, data):
+    """Return (VI state of one run, static arguments) as the estimator's fit builds them.
+
+    ``BayesianVMFMixture._fit`` and ``_fit_vi`` with ``init`` an array of labels: one run,
+    its priors and crisp statistics from ``_bvmf_resolve.resolve``, then ``_init_state``.
+    """
+    model._validate_params()
+    user_labels = _bvmf_resolve.check_labels(model, data.shape[0])
+    keys = _bvmf_vi._fit_keys(jax.random.key(SEED), batch=1)
+    priors, _, (resultant, resp_sum) = _bvmf_resolve.resolve(model, data, keys, user_labels)
+    batch_priors = jax.tree_util.tree_map(
+        lambda a: np.broadcast_to(np.asarray(a), (1, *np.shape(a))), priors
+    )
+    shared = bool(model.shared_kappa)
+    state = _bvmf_vi._init_state(
+        resultant, resp_sum, keys.mh, batch_priors, model.kappa_update, shared
+    )
+    return state, dict(model._static(), shared_kappa=shared)
+
+
 def vi_iteration(data, K, labels, scheme):
-    """One compiled B-vMFmix VI step (one restart, the estimator's default sizes)."""
+    """One B-vMFmix VI iteration (one restart, the estimator's defaults but float64).
+
+    The iteration of ``_bvmf_vi.vi_iterations``: ``data_step`` at the global factors of
+    the previous ``update_step``, then ``update_step`` (bound, convergence test, next
+    updates), timed from a fixed (state, update) reached after 5 iterations.
+    """
     model = BayesianVMFMixture(
         K, kappa_update=scheme, init=labels, dtype="float64", random_state=SEED
     )
-    model._validate_params()
-    priors, batch_labels = model._resolve(data, jax.random.key(SEED))
-    batch_priors = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], priors)
-    state = _bvmf._init_state(
-        jnp.asarray(batch_labels[:1]), jax.random.key(SEED)[None], data, batch_priors, K, scheme
+    state, static = vi_state(model, data)
+    # row count, tol < 0 and a huge max_iter (every call does a full iteration), empirical
+    # Bayes on (the estimator's default)
+    numbers = (np.float64(data.shape[0]), np.float64(-1.0), np.int64(10**9), np.bool_(True))
+    # as vi_iterations: the first update_step only makes the first iteration's updates
+    a_gamma = np.zeros(state.post.gamma.shape, np.float64)
+    none = (state.post, state.priors, state.accept_rate, a_gamma)
+    state, _, update = _bvmf_vi.update_step(
+        state, none, state.stats, *numbers, np.bool_(True), **static
     )
-    static = dict(
-        scheme=scheme,
-        num_samples=int(model.kappa_num_samples),
-        num_warmup=int(model.kappa_num_warmup),
-        num_steps=int(model.kappa_num_steps),
-    )
-    args = (np.float64(-1.0), np.int64(10**9), np.bool_(True))
     for _ in range(5):
-        state, _ = _bvmf.vi_step(state, data, *args, **static)
+        stats = _bvmf_vi.data_step(data, update[0], update[3])
+        state, _, update = _bvmf_vi.update_step(
+            state, update, stats, *numbers, np.bool_(False), **static
+        )
 
     def step():
-        jax.block_until_ready(_bvmf.vi_step(state, data, *args, **static))
+        stats = _bvmf_vi.data_step(data, update[0], update[3])
+        jax.block_until_ready(
+            _bvmf_vi.update_step(state, update, stats, *numbers, np.bool_(False), **static)
+        )
 
     return step
 
@@ -131,8 +183,11 @@ def gibbs_sweeps(data, K, labels, num_chains):
         K, inference="gibbs", init=labels, dtype="float64", random_state=SEED
     )
     model._validate_params()
-    priors, _ = model._resolve(data, jax.random.key(SEED))
+    user_labels = _bvmf_resolve.check_labels(model, data.shape[0])
+    keys = _bvmf_vi._fit_keys(jax.random.key(SEED), batch=int(model.num_chains))
+    priors, _, _ = _bvmf_resolve.resolve(model, data, keys, user_labels)
     hyper = _gibbs.hyper_from_priors(priors)
+    shared = bool(model.shared_kappa)
     init = np.broadcast_to(labels, (num_chains, len(labels)))
     result = _gibbs.run_chains(
         jax.random.key(SEED),
@@ -142,9 +197,12 @@ def gibbs_sweeps(data, K, labels, num_chains):
         n_components=K,
         num_warmup=GIBBS_WARMUP,
         num_samples=1,
+        shared_kappa=shared,
     )
     n, d = data.shape
     max_nnz = _gibbs.max_row_nnz(data)
+    # the sweeps read rows of X inside the program: device CSR arrays, as run_chains passes
+    data = _data.with_device_csr(data)
     keys = jax.random.split(jax.random.key(1), num_chains * GIBBS_SWEEPS)
     keys = keys.reshape(num_chains, GIBBS_SWEEPS)
     zeros = jnp.zeros((num_chains, GIBBS_SWEEPS), jnp.float64)
@@ -155,7 +213,16 @@ def gibbs_sweeps(data, K, labels, num_chains):
     def sweeps():
         jax.block_until_ready(
             _gibbs._gibbs_chunk(
-                keys, zeros, slots, result.state, frequency, retained, data, hyper, max_nnz=max_nnz
+                keys,
+                zeros,
+                slots,
+                result.state,
+                frequency,
+                retained,
+                data,
+                hyper,
+                max_nnz=max_nnz,
+                shared=shared,
             )
         )
 
@@ -202,11 +269,13 @@ def bench(name, X, K, rng):
     if hasattr(X, "nnz"):
         out["nnz"] = int(X.nnz)
     times = rng.integers(0, N_TIMES, X.shape[0])
-    data = _data.to_device(X)
-    em, labels = em_iteration(data, K)
+    # EM's and VI's training data (as their estimators build it), Gibbs's plain data
+    train = _data.to_device(X, jnp.float64, transposed=True)
+    data = _data.to_device(X, jnp.float64)
+    em, labels = em_iteration(train, K)
     steps = {"em": em}
     for scheme in ("sampling", "bounding"):
-        steps[f"vi_{scheme}"] = vi_iteration(data, K, labels, scheme)
+        steps[f"vi_{scheme}"] = vi_iteration(train, K, labels, scheme)
     gibbs_moves = {}
     for chains in (1, 2):
         steps[f"gibbs_{chains}_chains"], gibbs_moves[chains] = gibbs_sweeps(data, K, labels, chains)
@@ -333,9 +402,13 @@ def to_markdown(result):
 NOTES = [
     "## Notes",
     "",
-    "- EM, VI and Gibbs are timed as compiled steps from a fixed state (EM after 20 "
+    "- EM, VI and Gibbs are timed as compiled programs from a fixed state (EM after 20 "
     "iterations, VI after 5, Gibbs after 50 warm-up sweeps), so each call does one full "
-    f"iteration; H-/T-vMFmix through their public fit (difference of a {FIT_LONG}- and a "
+    "iteration: an EM iteration is models.sparse.data_pass + close_step and a VI iteration "
+    "_bvmf_vi.data_step + update_step, the two programs each fit calls per iteration; "
+    "VI and Gibbs with the estimator's defaults (shared_kappa=True, empirical Bayes on) "
+    "but float64 throughout; H-/T-vMFmix through their public fit (difference of a "
+    f"{FIT_LONG}- and a "
     f"{FIT_SHORT}-iteration fit, divided by the difference of the iterations they ran, "
     "which keeps the per-iteration host loop and bound read in).",
     "- One Gibbs sweep resamples every label once from its collapsed conditional and then "
