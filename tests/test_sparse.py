@@ -268,7 +268,7 @@ def test_a_new_row_count_compiles_only_the_passes_over_the_rows(small):
     programs that read the rows again (as B-vMFmix's, tests/test_bayesian_vi.py)."""
     X, _ = small
     per_shape = ("sparse.close_step", "sparse.init_parameters")
-    per_rows = ("sparse.data_pass", "sparse.init")
+    per_rows = ("sparse.data_pass", "sparse.seeds")
     counts = []
     for n in (len(X) - 1, len(X)):
         SparseVMFMixture(3, n_init=2, random_state=0).fit(X[:n])

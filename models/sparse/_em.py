@@ -393,6 +393,9 @@ def settled(bound, previous, tol, rtol, uniform):
 def _seed_batch(rng_key, data, n_init, n_components, init, hard_iter, refined, sample=None):
     """Seeds of every restart (:data:`bayesvmf._seeding.INIT_METHODS`), shape (B, K, d).
 
+    Without ``refined``, with the crisp statistics of the seeds (Algorithm 4 of [1]_):
+    ``(mu, (resultant, resp_sum))``; with it, ``mu`` alone (:func:`_refine_batch` follows).
+
     Restart b draws with the b-th key of ``jax.random.split(rng_key, n_init)``, split here
     rather than by a program of its own (each program costs a new process's first fit its
     read-back). :func:`bayesvmf._parallel.seeds`: with ``refined``, seeds drawn from a
@@ -408,7 +411,8 @@ def _seed_batch(rng_key, data, n_init, n_components, init, hard_iter, refined, s
         passes = hard_iter if refined else None
 
         def one(key):
-            return _parallel.seeds(key, data, n_components, init, passes, sample)
+            mu = _parallel.seeds(key, data, n_components, init, passes, sample)
+            return mu if refined else (mu, _parallel.crisp_statistics(data, mu))
 
         return jax.vmap(one)(keys)
 
@@ -420,30 +424,23 @@ def _refine_batch(mu, data, hard_iter, moves):
     """Refine every restart's directions (B, K, d): :func:`bayesvmf._parallel.refine`.
 
     Hard passes, then split-and-merge moves when ``moves`` (not after a subsample's).
+    Returns ``(mu, (resultant, resp_sum))``: the refined directions and the crisp
+    statistics of the final partition (Algorithm 4 of [1]_), computed here, where the rows
+    are, rather than by a program of their own (one program fewer for a new process's
+    first fit to read back).
     """
     _mixture.count_trace("sparse.refine")
 
     def batch(args, data):
         mu, hard_iter = args
 
-        return jax.vmap(lambda mu: _parallel.refine(data, mu, hard_iter, moves))(mu)
+        def one(mu):
+            mu = _parallel.refine(data, mu, hard_iter, moves)
+            return mu, _parallel.crisp_statistics(data, mu)
+
+        return jax.vmap(one)(mu)
 
     return data.map(batch, (mu, hard_iter))
-
-
-@persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
-def _crisp_batch(mu, data):
-    """Crisp statistics of every restart's seeds (B, K, d): (resultant, resp_sum).
-
-    The part of Algorithm 4 of [1]_ that reads the rows (compiled per data shape); sharded
-    data: every device's rows, the sums added over devices (see :func:`data_pass`).
-    """
-    _mixture.count_trace("sparse.init")
-
-    def batch(mu, data):
-        return jax.vmap(lambda mu: _parallel.crisp_statistics(data, mu))(mu)
-
-    return data.map(batch, mu)
 
 
 @persistent_jit(static_argnames=("shared_kappa", "refined"), compiler_options=_mixture.JIT_OPTIONS)
@@ -486,12 +483,12 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     before session 25, 0.3 s on the subsample, then 1.2-1.7 s on all rows, against 3.7-4.4 s
     on all rows without the subsample's, at one held-out ARI; whole fits then took 1.69 s
     (median of seeds 0-4), against 1.26 s with the moves on the subsample only. Each run
-    has its own key; the runs go through four jitted programs (seeds, refinement, crisp
-    statistics, parameters), vmapped over them. (Not one: composed into one program the
-    seeding and the hard passes were measured slower than apart on CPU, 0.52 s against
-    0.20 + 0.14 s for 50,000 x 256, K = 32, seeding all rows; the parameters, whose
-    kappa solve is most of the compile time, never see the rows, so that a new row count
-    does not compile them again.)
+    has its own key; the runs go through three jitted programs (seeds, refinement with the
+    crisp statistics of its partition, parameters), vmapped over them. (Not one: composed
+    into one program the seeding and the hard passes were measured slower than apart on
+    CPU, 0.52 s against 0.20 + 0.14 s for 50,000 x 256, K = 32, seeding all rows; the
+    parameters, whose kappa solve is most of the compile time, never see the rows, so that
+    a new row count does not compile them again.)
 
     Returns
     -------
@@ -499,14 +496,14 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     """
     refined = int(hard_iter) > 0
     sample = _seeding.host_seeding_sample(rng_key, data, int(n_components))
-    mu = _seed_batch(
+    seeded = _seed_batch(
         rng_key, data, int(n_init), int(n_components), init, np.int64(hard_iter), refined, sample
     )
     if refined:
         # the moves were made on the subsample, if the seeds came from one (_parallel.refine)
         moves = not _seeding.subsamples(data, int(n_components), sample)
-        mu = _refine_batch(mu, data, np.int64(hard_iter), moves)
-    resultant, resp_sum = _crisp_batch(mu, data)
+        seeded = _refine_batch(seeded, data, np.int64(hard_iter), moves)
+    mu, (resultant, resp_sum) = seeded
     log_weights, mu, kappa, status = _init_parameters(
         mu, resultant, resp_sum, np.float64(kappa_max), bool(shared_kappa), refined
     )
