@@ -412,7 +412,7 @@ NOTES = [
     f"{FIT_SHORT}-iteration fit, divided by the difference of the iterations they ran, "
     "which keeps the per-iteration host loop and bound read in).",
     "- One Gibbs sweep resamples every label once from its collapsed conditional and then "
-    "moves every kappa_k by 10 MH steps (models/bayesian/_gibbs.py). Its cost is dominated "
+    "moves every kappa_k by 10 MH steps (models/bayesian/_gibbs_kernel.py). Its cost is dominated "
     "by the vMF normaliser: each row needs log C_d at K new arguments (the norms "
     "|kappa_k (s_k + x_i) + C0 mu0|), n K evaluations per sweep against K per EM "
     "iteration. At d >= 42 each is the 13-term Debye series of bayesvmf.special, whose "

@@ -74,7 +74,7 @@ SCRIPT = textwrap.dedent(
         out["retraced"] = {k: v - before.get(k, 0) for k, v in _mixture.TRACE_COUNTS.items()
                            if v != before.get(k, 0)}
         out["again_n_iter"] = again["n_iter"]
-        # run_em itself on a state made on the host: placed as em_step's outputs are
+        # run_em itself on a state made on the host: placed as close_step's outputs are
         # (replicated over the mesh), not on the first device
         from bayesvmf.models.sparse import _em
         state = _em.fresh_state(np.log(np.full((1, K), 1 / K)), mu[None], np.full((1, K), 5.0))
@@ -222,7 +222,7 @@ def test_sharded_fit_equals_one_device(two_devices):
 
 def test_run_em_places_a_host_made_state_like_its_outputs(two_devices):
     """run_em on row blocks over two devices from a state made on the host: the first
-    em_step gets it replicated over the mesh, as the step's outputs are (placed on the
+    close_step gets it replicated over the mesh, as the step's outputs are (placed on the
     directions' device it failed with incompatible devices), and the run equals one device."""
     one, two = two_devices["run_em"]["one"], two_devices["run_em"]["two"]
     assert one["n_iter"] == two["n_iter"] > 1

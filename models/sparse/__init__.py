@@ -28,7 +28,8 @@ The package's private modules, one per concern (public names are re-exported her
 
 ===============  ==================================================================
 ``_em``          batch EM: the state of a batch of restarts, the M-step (eqs. (20)-(22)),
-                 the jitted EM step, the initialisations and the restart loop
+                 the EM iteration (a jitted data pass and closing step), the
+                 initialisations and the restart loop
 ``_online``      stepwise (online) EM of ``partial_fit``
 ``_estimator``   :class:`SparseVMFMixture`
 ``_path``        the beta path (Algorithm 3), :class:`SparsePath`, model selection

@@ -2,7 +2,8 @@
 
 The state of B runs side by side (:class:`EMState`), the M-step (eqs. (20)-(22), the
 mu/kappa fixed point), one EM iteration of every run (:func:`em_step`: a data pass compiled
-per data shape, :func:`data_pass`, and a step compiled per K and d, :func:`close_step`), the
+per data shape, :func:`data_pass`, and a step compiled per restarts, K and d,
+:func:`close_step`), the
 initialisations (Algorithm 4 and spherical k-means++, or given labels) and the loop that
 drives the iterations (:func:`run_em`). The estimator is
 :class:`bayesvmf.models.sparse.SparseVMFMixture`; symbols as in the package docstring.
@@ -214,9 +215,12 @@ def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, share
     ``max_iter`` only refresh their data-pass quantities, so after a step in which no run was
     active ``bound``, ``log_likelihood`` and ``resultant`` describe the returned parameters.
 
-    Three compiled calls: ``close_step`` in its ``first`` mode for log C_d(kappa) of the
-    state, the data pass, then ``close_step``. :func:`run_em` makes the first only once per
-    fit, since each ``close_step`` returns log C_d of its new kappa.
+    Three compiled calls (not one jitted function: no ``lower`` or ``jitted``):
+    ``close_step`` in its ``first`` mode for log C_d(kappa) of the state, the data pass,
+    then ``close_step``. :func:`run_em` makes the first only once per fit, since each
+    ``close_step`` returns log C_d of its new kappa. The state's arrays must be float64
+    (int64 counts, bool flags), as :func:`fresh_state` makes them: the two branches of
+    ``close_step``'s conditional must agree in type.
 
     Parameters
     ----------
@@ -357,17 +361,18 @@ def close_step(
 def _no_statistics(state: EMState, data):
     """Return placeholder statistics for :func:`close_step`'s ``first`` call (ignored there).
 
-    Placed as :func:`data_pass`'s outputs are (replicated over a mesh of row blocks), so
-    that the first call is the program of every later one.
+    Placed as :func:`data_pass`'s outputs are (:func:`_output_placement`: replicated over
+    a mesh of row blocks, or on the directions' device), so that the first call is the
+    program of every later one.
     """
     batch, n_components = state.kappa.shape
-    return data.replicate(
-        (
-            np.zeros(state.mu.shape, np.float64),
-            np.zeros((batch, n_components), np.float64),
-            np.zeros(batch, np.float64),
-        )
+    statistics = (
+        np.zeros(state.mu.shape, np.float64),
+        np.zeros((batch, n_components), np.float64),
+        np.zeros(batch, np.float64),
     )
+    placement = _output_placement(data, state.mu)
+    return statistics if placement is None else jax.device_put(statistics, placement)
 
 
 def settled(bound, previous, tol, rtol, uniform):
@@ -391,7 +396,7 @@ def settled(bound, previous, tol, rtol, uniform):
     compiler_options=_mixture.JIT_OPTIONS,
 )
 def _seed_batch(rng_key, data, n_init, n_components, init, hard_iter, refined, sample=None):
-    """Seeds of every restart (:data:`bayesvmf._seeding.INIT_METHODS`), shape (B, K, d).
+    """Seeds of every restart (:data:`bayesvmf._seeding.INIT_METHODS`), (B, K, d).
 
     Without ``refined``, with the crisp statistics of the seeds (Algorithm 4 of [1]_):
     ``(mu, (resultant, resp_sum))``; with it, ``mu`` alone (:func:`_refine_batch` follows).
@@ -483,8 +488,9 @@ def init_state(rng_key, data, *, n_components, n_init, init, shared_kappa, kappa
     before session 25, 0.3 s on the subsample, then 1.2-1.7 s on all rows, against 3.7-4.4 s
     on all rows without the subsample's, at one held-out ARI; whole fits then took 1.69 s
     (median of seeds 0-4), against 1.26 s with the moves on the subsample only. Each run
-    has its own key; the runs go through three jitted programs (seeds, refinement with the
-    crisp statistics of its partition, parameters), vmapped over them. (Not one: composed
+    has its own key; the runs go through three jitted programs, vmapped over them: the
+    seeds, the refinement (with ``hard_iter > 0``), the last of the two with the crisp
+    statistics of its partition, then the parameters. (Not one: composed
     into one program the seeding and the hard passes were measured slower than apart on
     CPU, 0.52 s against 0.20 + 0.14 s for 50,000 x 256, K = 32, seeding all rows; the
     parameters, whose kappa solve is most of the compile time, never see the rows, so that
