@@ -241,14 +241,7 @@ def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, share
     """
     numbers = (beta, kappa_max, tol, rtol, max_iter)
     n_rows = np.float64(data.shape[0])
-    state, _, log_c = close_step(
-        state,
-        _no_statistics(state, data),
-        n_rows,
-        *numbers,
-        np.bool_(True),
-        shared_kappa=shared_kappa,
-    )
+    log_c = _start_log_c(state, data, n_rows, numbers, shared_kappa)
     statistics = data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
     state, any_active, _ = close_step(
         state, statistics, n_rows, *numbers, np.bool_(False), shared_kappa=shared_kappa
@@ -356,6 +349,23 @@ def close_step(
     state = jax.tree.map(jnp.asarray, state)
     new_state, any_active = jax.lax.cond(first, open_, close, state, statistics)
     return new_state, any_active, _mixture.log_normalizer(d, new_state.kappa)
+
+
+def _start_log_c(state: EMState, data, n_rows, numbers, shared_kappa: bool):
+    """Return log C_d(kappa) of the state, for the first :func:`data_pass`.
+
+    :func:`close_step`'s ``first`` call: the program of every later call, each of which
+    returns the next pass's log C_d itself.
+    """
+    _, _, log_c = close_step(
+        state,
+        _no_statistics(state, data),
+        n_rows,
+        *numbers,
+        np.bool_(True),
+        shared_kappa=bool(shared_kappa),
+    )
+    return log_c
 
 
 def _no_statistics(state: EMState, data):
@@ -669,15 +679,8 @@ def run_em(
     n_iter = np.asarray(state.n_iter) if compact else None
     n_rows, shared_kappa = np.float64(data.shape[0]), bool(shared_kappa)
     # one iteration = data_pass (per row count) + close_step (per B, K, d; it returns the
-    # log C_d(kappa) of the next pass): the first close_step only gives the start's log C_d
-    state, _, log_c = close_step(
-        state,
-        _no_statistics(state, data),
-        n_rows,
-        *args,
-        np.bool_(True),
-        shared_kappa=shared_kappa,
-    )
+    # log C_d(kappa) of the next pass)
+    log_c = _start_log_c(state, data, n_rows, args, shared_kappa)
     while True:
         statistics = data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
         state, any_active, log_c = close_step(
