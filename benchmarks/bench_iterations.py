@@ -110,14 +110,10 @@ def em_iteration(data, K):
     # EM's labels (closest mean direction) start the Bayesian models on the same clusters
     labels = np.asarray(jnp.argmax(data.dot(state.mu[0].T), axis=1))
     # log C_d(kappa) of the fixed state: in a fit the previous close_step hands it on
-    log_c = _mixture.log_normalizer(data.shape[1], state.kappa)
-    n_rows = np.float64(data.shape[0])
+    log_c = S.start_log_c(state, data, args, shared_kappa=True)
 
     def step():
-        statistics = S.data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
-        jax.block_until_ready(
-            S.close_step(state, statistics, n_rows, *args, np.bool_(False), shared_kappa=True)
-        )
+        jax.block_until_ready(S.em_iteration(state, log_c, data, args, shared_kappa=True))
 
     return step, labels
 

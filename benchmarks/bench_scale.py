@@ -33,7 +33,7 @@ from bench_sparse import make_corpus
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.metrics import adjusted_rand_score
 
-from bayesvmf import _data, _mixture
+from bayesvmf import _data
 from bayesvmf.data import check_directional
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import SparseVMFMixture
@@ -360,16 +360,10 @@ def bench_large(Xn, build_s, out, rounds=5):
             first[dtype] = time.perf_counter() - t
             # one iteration of run_em: the data pass, then the closing step (which also
             # gives the next pass's log C_d; em_step computes the start's first)
-            log_c = _mixture.log_normalizer(d, state.kappa)
-            n_rows = np.float64(n)
+            log_c = S.start_log_c(state, data, args, shared_kappa=True)
 
             def step(state=state, data=data, log_c=log_c):
-                statistics = S.data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
-                jax.block_until_ready(
-                    S.close_step(
-                        state, statistics, n_rows, *args, np.bool_(False), shared_kappa=True
-                    )
-                )
+                jax.block_until_ready(S.em_iteration(state, log_c, data, args, shared_kappa=True))
 
             steps[dtype] = step
         floors, times = [], {key: [] for key in steps}

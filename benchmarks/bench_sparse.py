@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp
 from sklearn.metrics import adjusted_rand_score
 
-from bayesvmf import _data, _mixture
+from bayesvmf import _data
 from bayesvmf.exceptions import ConvergenceWarning
 from bayesvmf.models import SparseVMFMixture
 from bayesvmf.models import sparse as S
@@ -116,19 +116,11 @@ def bench_iteration(X, out, rounds=15):
                 out[f"em_step_first_call_{kernel}_{dtype}_s"] = time.perf_counter() - t
                 # one iteration of run_em: the data pass, then the closing step (which also
                 # gives the next pass's log C_d; em_step computes the start's first)
-                log_c = _mixture.log_normalizer(d, state.kappa)
+                log_c = S.start_log_c(state, data, args, shared_kappa=True)
 
                 def step(state=state, data=data, log_c=log_c):
-                    statistics = S.data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
                     jax.block_until_ready(
-                        S.close_step(
-                            state,
-                            statistics,
-                            np.float64(n),
-                            *args,
-                            np.bool_(False),
-                            shared_kappa=True,
-                        )
+                        S.em_iteration(state, log_c, data, args, shared_kappa=True)
                     )
 
                 step()

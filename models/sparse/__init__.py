@@ -49,6 +49,7 @@ from bayesvmf.models.sparse._em import (
     EMState,
     close_step,
     data_pass,
+    em_iteration,
     em_step,
     fresh_state,
     init_state,
@@ -56,6 +57,7 @@ from bayesvmf.models.sparse._em import (
     m_step,
     run_em,
     settled,
+    start_log_c,
 )
 from bayesvmf.models.sparse._estimator import SparseVMFMixture
 from bayesvmf.models.sparse._online import OnlineStats, online_em_step
@@ -73,6 +75,7 @@ __all__ = [
     "EMState",
     "close_step",
     "data_pass",
+    "em_iteration",
     "em_step",
     "init_state",
     "init_state_from_labels",
@@ -80,6 +83,7 @@ __all__ = [
     "m_step",
     "run_em",
     "settled",
+    "start_log_c",
     "spherical_kmeans",
     "split_gains",
     "split_merge",

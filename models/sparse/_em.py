@@ -240,13 +240,23 @@ def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, share
         Whether some run did an M-step (the caller loops until it is False).
     """
     numbers = (beta, kappa_max, tol, rtol, max_iter)
-    n_rows = np.float64(data.shape[0])
-    log_c = _start_log_c(state, data, n_rows, numbers, shared_kappa)
-    statistics = data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
-    state, any_active, _ = close_step(
-        state, statistics, n_rows, *numbers, np.bool_(False), shared_kappa=shared_kappa
-    )
+    log_c = start_log_c(state, data, numbers, shared_kappa=shared_kappa)
+    state, any_active, _ = em_iteration(state, log_c, data, numbers, shared_kappa=shared_kappa)
     return state, any_active
+
+
+def em_iteration(state: EMState, log_c, data, numbers, *, shared_kappa: bool):
+    """One EM iteration as :func:`run_em` makes it: :func:`data_pass`, then :func:`close_step`.
+
+    ``log_c``: log C_d(kappa) of the state (:func:`start_log_c`, or the previous
+    iteration's); ``numbers``: (beta, kappa_max, tol, rtol, max_iter). Returns the new
+    state, whether some run is still active, and the next iteration's log C_d.
+    """
+    statistics = data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
+    n_rows = np.float64(data.shape[0])
+    return close_step(
+        state, statistics, n_rows, *numbers, np.bool_(False), shared_kappa=bool(shared_kappa)
+    )
 
 
 @persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
@@ -346,13 +356,12 @@ def close_step(
 
     # a conditional, not a select: the first call skips the M-step (its fixed point on the
     # placeholder statistics would cost as much as a real one)
-    state = jax.tree.map(jnp.asarray, state)
     new_state, any_active = jax.lax.cond(first, open_, close, state, statistics)
     return new_state, any_active, _mixture.log_normalizer(d, new_state.kappa)
 
 
-def _start_log_c(state: EMState, data, n_rows, numbers, shared_kappa: bool):
-    """Return log C_d(kappa) of the state, for the first :func:`data_pass`.
+def start_log_c(state: EMState, data, numbers, *, shared_kappa: bool):
+    """Return log C_d(kappa) of the state, for its first :func:`em_iteration`.
 
     :func:`close_step`'s ``first`` call: the program of every later call, each of which
     returns the next pass's log C_d itself.
@@ -360,7 +369,7 @@ def _start_log_c(state: EMState, data, n_rows, numbers, shared_kappa: bool):
     _, _, log_c = close_step(
         state,
         _no_statistics(state, data),
-        n_rows,
+        np.float64(data.shape[0]),
         *numbers,
         np.bool_(True),
         shared_kappa=bool(shared_kappa),
@@ -677,15 +686,12 @@ def run_em(
     rows = np.arange(batch)  # the run (index in the caller's batch) of each row of `state`
     stopped: dict[int, EMState] = {}  # final state of the runs taken out of the batch
     n_iter = np.asarray(state.n_iter) if compact else None
-    n_rows, shared_kappa = np.float64(data.shape[0]), bool(shared_kappa)
+    shared_kappa = bool(shared_kappa)
     # one iteration = data_pass (per row count) + close_step (per B, K, d; it returns the
     # log C_d(kappa) of the next pass)
-    log_c = _start_log_c(state, data, n_rows, args, shared_kappa)
+    log_c = start_log_c(state, data, args, shared_kappa=shared_kappa)
     while True:
-        statistics = data_pass(state.log_weights, state.mu, state.kappa, log_c, data)
-        state, any_active, log_c = close_step(
-            state, statistics, n_rows, *args, np.bool_(False), shared_kappa=shared_kappa
-        )
+        state, any_active, log_c = em_iteration(state, log_c, data, args, shared_kappa=shared_kappa)
         if not bool(any_active):
             break
         if progress is not None:
