@@ -277,6 +277,28 @@ def test_a_new_row_count_compiles_only_the_passes_over_the_rows(small):
     assert counts[1][2:] == [c + 1 for c in counts[0][2:]]  # once for the new row count
 
 
+def test_em_step_takes_a_float32_state_as_float64(small):
+    """em_step casts a hand-made state to fresh_state's types (its closing step's two
+    branches must agree in type): a float32 state gives the float64 state's step."""
+    X, _ = small
+    data = _data.to_device(X)
+    mu = X[:3] / np.linalg.norm(X[:3], axis=1, keepdims=True)
+    state = S.fresh_state(np.log(np.full((1, 3), 1 / 3)), mu[None], np.full((1, 3), 5.0))
+    narrow = state._replace(
+        log_weights=np.asarray(state.log_weights, np.float32),
+        mu=np.asarray(state.mu, np.float32),
+        kappa=np.asarray(state.kappa, np.float32),
+    )
+    args = (np.float64(0.0), np.float64(1e6), np.float64(1e-8), np.float64(0.0), np.int64(10))
+    wide, _ = S.em_step(
+        S.fresh_state(narrow.log_weights, narrow.mu, narrow.kappa), data, *args, shared_kappa=False
+    )
+    cast, _ = S.em_step(narrow, data, *args, shared_kappa=False)
+    for a, b in zip(cast, wide):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert np.asarray(cast.mu).dtype == np.float64
+
+
 def test_convergence_warning(small):
     X, _ = small
     with pytest.warns(ConvergenceWarning, match="did not converge within max_iter=1"):

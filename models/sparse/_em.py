@@ -77,6 +77,10 @@ class EMState(NamedTuple):
     status: jax.Array
 
 
+#: The type of each field of :class:`EMState` (as :func:`fresh_state` makes them).
+_STATE_DTYPES = EMState(*(jnp.float64,) * 6, jnp.int64, jnp.bool_, jnp.int64)
+
+
 def _rho(mu, resultant, resp_sum, shared_kappa: bool):
     """Mean resultant lengths of eq. (26) (free kappa) or eq. (27) (shared kappa)."""
     dots = jnp.sum(mu * resultant, axis=-1)
@@ -218,9 +222,9 @@ def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, share
     Three compiled calls (not one jitted function: no ``lower`` or ``jitted``):
     ``close_step`` in its ``first`` mode for log C_d(kappa) of the state, the data pass,
     then ``close_step``. :func:`run_em` makes the first only once per fit, since each
-    ``close_step`` returns log C_d of its new kappa. The state's arrays must be float64
-    (int64 counts, bool flags), as :func:`fresh_state` makes them: the two branches of
-    ``close_step``'s conditional must agree in type.
+    ``close_step`` returns log C_d of its new kappa. The state's arrays are cast to the
+    types :func:`fresh_state` makes (float64, int64 counts and status, bool flags), as the
+    two branches of ``close_step``'s conditional must agree in type.
 
     Parameters
     ----------
@@ -239,6 +243,7 @@ def em_step(state: EMState, data, beta, kappa_max, tol, rtol, max_iter, *, share
     any_active : jax.Array of bool
         Whether some run did an M-step (the caller loops until it is False).
     """
+    state = EMState(*(jnp.asarray(a, dtype) for a, dtype in zip(state, _STATE_DTYPES)))
     numbers = (beta, kappa_max, tol, rtol, max_iter)
     log_c = start_log_c(state, data, numbers, shared_kappa=shared_kappa)
     state, any_active, _ = em_iteration(state, log_c, data, numbers, shared_kappa=shared_kappa)
