@@ -7,6 +7,11 @@ ask); large data are seeded from a uniform subsample of their rows (:func:`seedi
 inside a program, :func:`host_seeding_sample` on the host). The names are re-exported by
 :mod:`bayesvmf._mixture`.
 
+Inside a program the draws are few and plain (:func:`uniform_order`, one sort of random keys;
+:func:`inverse_cdf_rows`, k-means++'s draws from uniforms drawn once): every random-number
+call site is about a hundred HLO instructions, which a new process reads back with the
+program (docs/design.md section 5, session 33).
+
 References
 ----------
 .. [1] F. Rossi and F. Barbaro, "Mixture of von Mises-Fisher distribution with sparse
@@ -36,9 +41,11 @@ __all__ = [
     "host_seeding_sample",
     "init_random_rows",
     "init_spherical_kmeanspp",
+    "inverse_cdf_rows",
     "kmeanspp_pick",
     "seeding_sample",
     "seeding_size",
+    "uniform_order",
 ]
 
 
@@ -90,7 +97,8 @@ def seeding_sample(rng_key, data, n_components: int):
     """Return the rows spherical k-means++ seeds from: a uniform subsample of dense data.
 
     Dense data (plain, or dense row blocks) of more than :func:`seeding_size` rows give that
-    many distinct rows drawn uniformly, as :class:`~bayesvmf._data.DenseData` in the data's
+    many distinct rows drawn uniformly (the first of :func:`uniform_order`, with the key
+    folded with that size), as :class:`~bayesvmf._data.DenseData` in the data's
     dtype (the same on every device); other data are returned as they are (inside a
     program sparse rows are not gathered: the one-hot product that selects them is O(n) per
     row; :func:`host_seeding_sample` draws them before the program).
@@ -98,7 +106,7 @@ def seeding_sample(rng_key, data, n_components: int):
     if not subsamples(data, n_components):
         return data
     n_samples, size = data.shape[0], seeding_size(n_components)
-    idx = jax.random.choice(jax.random.fold_in(rng_key, size), n_samples, (size,), replace=False)
+    idx = uniform_order(jax.random.fold_in(rng_key, size), n_samples)[:size]
     if isinstance(data, DenseData):
         return DenseData(data.X[idx])
     return DenseData(data.take_rows(idx).astype(data.block.X.dtype))
@@ -122,6 +130,45 @@ def host_seeding_sample(rng_key, data, n_components: int) -> SparseData | None:
     return device_data(host_csr(data)[idx], data.dtype, kernel="scipy")
 
 
+def uniform_order(rng_key, n: int) -> jax.Array:
+    """Return a uniformly random permutation of range(n), int32: the order of random keys.
+
+    Each row gets 64 random bits (two 32-bit keys) and one sort orders the rows by them. A
+    tie, of probability about n^2 / 2^65 (2e-11 for n = 50,000), leaves two rows in index
+    order. :func:`jax.random.permutation` (and ``jax.random.choice(replace=False)``) makes
+    two rounds of 32-bit keys instead, for ties of n^2 / 2^33: measured, the seeding program
+    of SparseVMFMixture (dense 50,000 x 256, K = 32) had 540 of its 3,551 instructions in
+    that draw.
+    """
+    bits = jax.random.bits(rng_key, (2, n), jnp.uint32)
+    return jax.lax.sort((bits[0], bits[1], jax.lax.iota(jnp.int32, n)), num_keys=2)[2]
+
+
+def inverse_cdf_rows(u, logits) -> jax.Array:
+    """Return the rows drawn with probabilities softmax(logits), one per uniform of ``u``.
+
+    Inverse-CDF draws: row i for u in [F_{i-1}, F_i) with F the cumulative sum (float64) of
+    the probabilities; a row of probability 0 (logit -inf) is never drawn, as u < 1. Given
+    the uniforms, no random draw is made here: :func:`init_spherical_kmeanspp` draws all of
+    them at once, where K - 1 categorical draws (Gumbel noise for every row and candidate at
+    every seed) were 0.6 ms per seed at 4,096 rows and 4 candidates.
+
+    Parameters
+    ----------
+    u : jax.Array of shape (m,)
+        Uniforms in [0, 1).
+    logits : jax.Array of shape (n,)
+
+    Returns
+    -------
+    jax.Array of shape (m,), int32
+    """
+    cdf = jnp.cumsum(jnp.exp(logits - jnp.max(logits)).astype(jnp.float64))
+    # the number of F_i <= u F_n: a comparison per row, no sequential search
+    idx = jnp.sum(cdf[None, :] <= (u * cdf[-1])[:, None], axis=1, dtype=jnp.int32)
+    return jnp.minimum(idx, logits.shape[0] - 1)
+
+
 def greedy_trials(n_components: int) -> int:
     """Candidates per seed of greedy k-means++: 2 + floor(ln K), as in scikit-learn."""
     return 2 + int(math.log(n_components))
@@ -138,7 +185,8 @@ def kmeanspp_pick(rng_key, best, n_local_trials: int, select, cosines, weights=N
 
     Parameters
     ----------
-    rng_key : jax.Array
+    rng_key : jax.Array or None
+        The key of the draw (None when ``draw`` needs none).
     best : jax.Array of shape (n_samples,)
         Largest cosine of each row to the seeds so far.
     n_local_trials : int
@@ -179,9 +227,9 @@ def init_spherical_kmeanspp(
     """Seed mean directions by spherical k-means++ ([3]_, cosine dissimilarity 1 - x.mu).
 
     The first seed is a uniform row; each next seed is a row drawn with probability
-    proportional to its dissimilarity to the closest seed so far (:func:`kmeanspp_pick`).
-    Large dense data are seeded from a uniform subsample of their rows
-    (:func:`seeding_sample`).
+    proportional to its dissimilarity to the closest seed so far (:func:`kmeanspp_pick`,
+    by :func:`inverse_cdf_rows` from uniforms drawn once with ``rng_key``). Large dense data
+    are seeded from a uniform subsample of their rows (:func:`seeding_sample`).
 
     Parameters
     ----------
@@ -199,16 +247,21 @@ def init_spherical_kmeanspp(
     data = seeding_sample(rng_key, data, n_components)
     n, d = data.shape
     trials = greedy_trials(n_components) if n_local_trials is None else int(n_local_trials)
-    keys = jax.random.split(rng_key, n_components)
-    first = jax.random.randint(keys[0], (), 0, n)
+    # every uniform of the seeding in one draw: u[0, 0] the first seed, u[k] seed k's candidates
+    u = jax.random.uniform(rng_key, (n_components, trials), jnp.float64)
+    first = jnp.minimum(jnp.floor(u[0, 0] * n).astype(jnp.int32), n - 1)
     mu0 = data.take_rows(first[None])
     mu = jnp.zeros((n_components, d), jnp.float64).at[0].set(mu0[0])
     best = data.dot(mu0.T)[:, 0]
 
     def body(k, carry):
         mu, best = carry
+
+        def draw(_, logits, shape):
+            return inverse_cdf_rows(u[k], logits)
+
         row, best = kmeanspp_pick(
-            keys[k], best, trials, lambda idx: data.take_rows(idx), lambda r: data.dot(r.T)
+            None, best, trials, lambda idx: data.take_rows(idx), lambda r: data.dot(r.T), draw=draw
         )
         return mu.at[k].set(row), best
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.special
+import scipy.stats
 
 from bayesvmf import _data, _mixture, _parallel, _seeding, special
 
@@ -266,6 +267,59 @@ def test_greedy_kmeanspp_leaves_less_dissimilarity():
     assert _seeding.greedy_trials(6) == 3 and _seeding.greedy_trials(20) == 4
     np.testing.assert_array_equal(one, plain)
     assert greedy.mean() < 0.9 * plain.mean() and np.median(greedy) < np.median(plain)
+
+
+def test_uniform_order_is_a_uniform_permutation():
+    """Every key gives a permutation of range(n), and over 12,000 keys each element takes
+    each position equally often (chi-square against the uniform table, 25 cells)."""
+    n, draws = 5, 12_000
+    keys = jax.random.split(jax.random.key(7), draws)
+    orders = np.asarray(jax.jit(jax.vmap(lambda k: _seeding.uniform_order(k, n)))(keys))
+    assert orders.dtype == np.int32
+    np.testing.assert_array_equal(np.sort(orders, axis=1), np.tile(np.arange(n), (draws, 1)))
+    table = np.zeros((n, n))
+    np.add.at(table, (orders, np.tile(np.arange(n), (draws, 1))), 1)
+    assert scipy.stats.chisquare(table.ravel()).pvalue > 1e-3
+
+
+def test_inverse_cdf_rows_draws_by_softmax_of_the_logits():
+    """Draws from uniforms follow softmax(logits) (chi-square over 20,000 draws); rows of
+    logit -inf are never drawn, at either end of [0, 1) either."""
+    p = np.array([0.0, 0.1, 0.0, 0.25, 0.4, 0.0, 0.25])
+    with np.errstate(divide="ignore"):
+        logits = jnp.asarray(np.log(p) + 3.0)
+    u = np.random.default_rng(8).random(20_000)
+    with jax.enable_x64(True):
+        rows = np.asarray(jax.jit(_seeding.inverse_cdf_rows)(jnp.asarray(u), logits))
+        ends = np.asarray(_seeding.inverse_cdf_rows(jnp.asarray([0.0, 1.0 - 2.0**-52]), logits))
+    counts = np.bincount(rows, minlength=p.size)
+    assert counts[p == 0].sum() == 0
+    assert scipy.stats.chisquare(counts[p > 0], p[p > 0] * u.size).pvalue > 1e-3
+    np.testing.assert_array_equal(ends, [1, 6])
+
+
+def test_kmeanspp_draws_follow_the_dissimilarity():
+    """Plain spherical k-means++ with two seeds on four rows: the first is uniform, the
+    second is row j with probability (1 - x_i.x_j) / sum_l (1 - x_i.x_l) given the first i
+    (Arthur & Vassilvitskii's D^2 weighting with the cosine dissimilarity); chi-square of the
+    joint counts of 8,000 keys against those probabilities."""
+    angles = np.array([0.0, 0.3, 1.2, 2.5])
+    A = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    dissim = 1.0 - A @ A.T
+    expected = 0.25 * dissim / dissim.sum(axis=1, keepdims=True)
+    keys = jax.random.split(jax.random.key(9), 8000)
+    with jax.enable_x64(True):
+        data = _data.to_device(A)
+        seeds = np.asarray(
+            jax.jit(jax.vmap(lambda k: _seeding.init_spherical_kmeanspp(k, data, 2)))(keys)
+        )
+    rows = np.argmax(np.einsum("bkd,nd->bkn", seeds, A), axis=2)
+    np.testing.assert_allclose(seeds, A[rows], atol=1e-14)
+    table = np.zeros((4, 4))
+    np.add.at(table, (rows[:, 0], rows[:, 1]), 1)
+    assert np.all(table[np.eye(4, dtype=bool)] == 0)
+    off = ~np.eye(4, dtype=bool)
+    assert scipy.stats.chisquare(table[off], expected[off] * len(keys)).pvalue > 1e-3
 
 
 def test_seeding_sample_draws_distinct_rows_of_large_dense_data(monkeypatch):
