@@ -23,6 +23,11 @@ section "Empirical Bayes", and ``docs/bayesian_hierarchical_temporal.md``):
 The Dirichlet part of the bound (:func:`dirichlet_terms`) and E[log pi] under q(pi)
 (:func:`expected_log_pi`) live here as well, since the alpha step and every model's bound
 use them. All functions are pure, traceable, float64 (call under ``jax.enable_x64(True)``).
+E[log pi] and the entropy of q(pi) call digamma and log Gamma once each, on their arguments
+stacked: XLA expands every call site into about 60-90 instructions of its own, which a new
+process reads back with each program that holds them (docs/design.md section 5, session 33).
+The alpha step keeps its calls apart, so that the values it compares are rounded as a
+caller's :func:`dirichlet_prior_terms` rounds them.
 
 References
 ----------
@@ -80,7 +85,9 @@ def expected_log_pi(rho):
     -------
     jax.Array of shape (..., K)
     """
-    return digamma(rho) - digamma(jnp.sum(rho, axis=-1, keepdims=True))
+    # one digamma call for both terms (one special-function site in the program)
+    psi = digamma(jnp.concatenate([rho, jnp.sum(rho, axis=-1, keepdims=True)], axis=-1))
+    return psi[..., :-1] - psi[..., -1:]
 
 
 def dirichlet_prior_terms(alpha, e_log_pi):
@@ -122,7 +129,9 @@ def dirichlet_terms(rho, resp_sum, alpha):
         Scalar.
     """
     e_log_pi = expected_log_pi(rho)
-    entropy = -(gammaln(jnp.sum(rho)) - jnp.sum(gammaln(rho)) + jnp.sum((rho - 1.0) * e_log_pi))
+    # log Gamma of the rho_k and of rho_0 in one call
+    log_gamma = gammaln(jnp.concatenate([rho, jnp.sum(rho, keepdims=True)]))
+    entropy = -(log_gamma[-1] - jnp.sum(log_gamma[:-1]) + jnp.sum((rho - 1.0) * e_log_pi))
     return dirichlet_prior_terms(alpha, e_log_pi) + jnp.sum(resp_sum * e_log_pi) + entropy
 
 
@@ -189,6 +198,9 @@ def update_alpha(alpha, rho, alpha_max=None):
         return dirichlet_prior_terms(a, e_log_pi)
 
     def body(_, a):
+        # the calls stay apart (not stacked as in expected_log_pi): stacked, the values
+        # compared here were rounded unlike a caller's dirichlet_prior_terms, which then saw
+        # f drop by 2e-14 (session 33)
         grad = k * digamma(k * a) - k * digamma(a) + total
         hess = k * k * polygamma(1, k * a) - k * polygamma(1, a)
         candidates = a - lengths * (grad / hess)
