@@ -224,7 +224,12 @@ def test_a_pickled_stream_goes_on_as_the_original(X, estimator):
     )
     # a streamed model keeps no labels_ of an earlier fit's rows (B-vMFmix kept them)
     assert hasattr(model.fit(X[:30]), "labels_")
-    assert not hasattr(model.partial_fit(X[30:]), "labels_")
+    with warnings.catch_warnings():
+        # that fit saw two clusters with K = 3: a restart may collapse a component as the
+        # stream goes on (one of SparseVMFMixture's two does with session 33's seeding
+        # draws), which is not what this checks
+        warnings.simplefilter("ignore", bayesvmf.DegenerateRunWarning)
+        assert not hasattr(model.partial_fit(X[30:]), "labels_")
 
 
 def test_dataframe_feature_names(X):

@@ -31,7 +31,14 @@ def sample():
     )
 
 
-def expected_labels(X, init, passes, random_state=0):
+#: The fits' seed: one whose starts the hard passes move, plain and greedy k-means++ alike,
+#: and where the split-and-merge moves after them make none (expected_labels has passes
+#: only), so that the tests below can tell passes from none. Since session 33's seeding
+#: draws, seeds 4, 6 and 9 of 0-9 are such (at seed 0 the passes move neither start).
+SEED = 4
+
+
+def expected_labels(X, init, passes, random_state=SEED):
     """The first restart's initial assignment, from the keys a fit derives."""
     with jax.enable_x64(True):
         key_init, _ = jax.random.split(jax.random.key(random_state))
@@ -44,7 +51,7 @@ def _fit(X, **kwargs):
     # three iterations compare two fits; they do not converge (nor need to)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return BayesianVMFMixture(3, n_init=1, max_iter=3, random_state=0, **kwargs).fit(X)
+        return BayesianVMFMixture(3, n_init=1, max_iter=3, random_state=SEED, **kwargs).fit(X)
 
 
 @pytest.mark.parametrize("cls", [BayesianVMFMixture, TemporalVMFMixture])
@@ -67,6 +74,8 @@ def test_initial_assignment_is_seeds_then_lloyd(sample, init, passes):
     X = sample.X
     labels = expected_labels(X, init, passes)
     assert np.bincount(labels, minlength=3).min() > 0
+    if passes:  # the passes moved this start
+        assert not np.array_equal(labels, expected_labels(X, init, 0))
     model = _fit(X, init=init, kmeans_iter=passes)
     # a fit from those labels is the same fit (same keys for the rest of it)
     given = _fit(X, init=labels)

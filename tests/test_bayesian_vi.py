@@ -8,6 +8,7 @@ other fit has the same shapes, so the compiled steps are reused (checked by trac
 import copy
 import json
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -677,7 +678,10 @@ def test_a_gibbs_fit_forgets_the_stream(fits, sample):
     otherwise write the counters of the earlier fit), and partial_fit then asks for VI."""
     model = copy.deepcopy(fits["bounding"])
     model.set_params(inference="gibbs", num_chains=1, num_warmup=10, num_samples=10)
-    with pytest.warns(bayesvmf.ConvergenceWarning):  # 10 + 10 sweeps: R-hat is not checked
+    # 10 + 10 sweeps of one chain: its split R-hat may or may not pass (it warned with the
+    # seeding draws before session 33's and does not with them), and this test is not about it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", bayesvmf.ConvergenceWarning)
         model.fit(sample.X[:60])
     assert not hasattr(model, "n_samples_seen_") and not hasattr(model, "n_steps_")
     with pytest.raises(ValueError, match="needs inference='vi'"):

@@ -643,10 +643,13 @@ def test_tree_and_time_models_devices_errors(model):
     with pytest.raises(ValueError, match="devices=99: asked for 99 devices, but JAX sees 1"):
         fit(make(devices=99), X)
     # fit (not fit_predict) on a one-device mesh: the sharded code path, the same answer
-    # (sampling scheme, which carries no amplification of rounding: see the test above)
+    # (sampling scheme, which carries no amplification of rounding: see the test above). The
+    # bound is a sum of terms far larger than it, so its rounding is relative to them:
+    # measured (temporal, seeds 0-5 since session 33's seeding draws) 2e-15 to 1.7e-11
+    # relative, 1.5e-11 at seed 0, with the mean directions within 7e-16 (rtol was 1e-12)
     model_1 = fit(make(devices=1), X)
     reference = fit(make(), X)
-    np.testing.assert_allclose(model_1.lower_bounds_, reference.lower_bounds_, rtol=1e-12)
+    np.testing.assert_allclose(model_1.lower_bounds_, reference.lower_bounds_, rtol=1e-10)
     np.testing.assert_allclose(model_1.mean_directions_, reference.mean_directions_, atol=1e-12)
     # a refused refit (on other data) leaves the fitted model as it was
     before = (model_1.mean_directions_.copy(), model_1.lower_bounds_.copy())
