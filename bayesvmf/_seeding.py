@@ -135,10 +135,10 @@ def uniform_order(rng_key, n: int) -> jax.Array:
 
     Each row gets 64 random bits (two 32-bit keys) and one sort orders the rows by them. A
     tie, of probability about n^2 / 2^65 (2e-11 for n = 50,000), leaves two rows in index
-    order. :func:`jax.random.permutation` (and ``jax.random.choice(replace=False)``) makes
-    two rounds of 32-bit keys instead, for ties of n^2 / 2^33: measured, the seeding program
-    of SparseVMFMixture (dense 50,000 x 256, K = 32) had 540 of its 3,551 instructions in
-    that draw.
+    order. :func:`jax.random.permutation` (and ``jax.random.choice(replace=False)``) sorts
+    twice by 32-bit keys instead (a round's ties, of probability about n^2 / 2^33, are
+    shuffled by the next): measured, the seeding program of SparseVMFMixture (dense
+    50,000 x 256, K = 32) had about 540 of its 3,551 instructions in that draw.
     """
     bits = jax.random.bits(rng_key, (2, n), jnp.uint32)
     return jax.lax.sort((bits[0], bits[1], jax.lax.iota(jnp.int32, n)), num_keys=2)[2]
