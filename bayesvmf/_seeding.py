@@ -147,8 +147,9 @@ def uniform_order(rng_key, n: int) -> jax.Array:
 def inverse_cdf_rows(u, logits) -> jax.Array:
     """Return the rows drawn with probabilities softmax(logits), one per uniform of ``u``.
 
-    Inverse-CDF draws: row i for u in [F_{i-1}, F_i) with F the cumulative sum (float64) of
-    the probabilities; a row of probability 0 (logit -inf) is never drawn, as u < 1. Given
+    Inverse-CDF draws: row i for u F_n in [F_{i-1}, F_i) with F the cumulative sums of the
+    weights exp(logits - max), in float64 (:func:`_cumulative_weights`: never decreasing,
+    flat at rows of weight 0); a row of probability 0 (logit -inf) is never drawn. Given
     the uniforms, no random draw is made here: :func:`init_spherical_kmeanspp` draws all of
     them at once, where K - 1 categorical draws (Gumbel noise for every row and candidate at
     every seed) were 0.6 ms per seed at 4,096 rows and 4 candidates.
@@ -163,10 +164,25 @@ def inverse_cdf_rows(u, logits) -> jax.Array:
     -------
     jax.Array of shape (m,), int32
     """
-    cdf = jnp.cumsum(jnp.exp(logits - jnp.max(logits)).astype(jnp.float64))
-    # the number of F_i <= u F_n: a comparison per row, no sequential search
+    cdf = _cumulative_weights(logits)
+    # the number of F_i <= u F_n: a comparison per row, no sequential search. The first F_i
+    # above it rose at row i, so row i has a positive weight; u < 1 keeps i < n
     idx = jnp.sum(cdf[None, :] <= (u * cdf[-1])[:, None], axis=1, dtype=jnp.int32)
     return jnp.minimum(idx, logits.shape[0] - 1)
+
+
+def _cumulative_weights(logits) -> jax.Array:
+    """Return F_i = sum_{j <= i} exp(logits_j - max logits), float64, for :func:`inverse_cdf_rows`.
+
+    F never decreases and stays equal across rows of weight 0 (-inf before the first positive
+    one). A plain cumulative sum does neither exactly: XLA's CPU cumsum is a blocked scan whose
+    partial sums are rounded differently at block boundaries (measured, 20 arrays of 50,000
+    rows with 30% weights 0: 2,795 decreasing steps, and zero-weight rows of probability
+    about 1e-17 that a draw could hit); the running maximum of the positive rows' sums is
+    exact about both.
+    """
+    weights = jnp.exp(logits.astype(jnp.float64) - jnp.max(logits))
+    return jax.lax.cummax(jnp.where(weights > 0, jnp.cumsum(weights), -jnp.inf))
 
 
 def greedy_trials(n_components: int) -> int:

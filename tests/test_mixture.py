@@ -298,6 +298,31 @@ def test_inverse_cdf_rows_draws_by_softmax_of_the_logits():
     np.testing.assert_array_equal(ends, [1, 6])
 
 
+def test_inverse_cdf_rows_never_draws_a_zero_weight_row_at_any_boundary():
+    """4,096 rows (XLA's CPU cumsum is a blocked scan there, rounded unlike one sum), 30% of
+    weight 0 over eleven decades: the cumulative weights never decrease and are flat at the
+    zero rows, and a draw at every boundary F_{i-1} / F_n (where a rising zero row would be
+    drawn; a helper's review found one, probability 3e-17) gives a row of positive weight."""
+    rng = np.random.default_rng(1)
+    n = 4096
+    with jax.enable_x64(True):
+        draw = jax.jit(_seeding.inverse_cdf_rows)
+        cumulative = jax.jit(_seeding._cumulative_weights)
+        for _ in range(5):
+            w = rng.random(n) * 10.0 ** rng.uniform(-8, 3, n)
+            w[rng.random(n) < 0.3] = 0.0
+            with np.errstate(divide="ignore"):
+                logits = jnp.asarray(np.log(w))
+            cdf = np.asarray(cumulative(logits))
+            steps = np.diff(cdf[np.isfinite(cdf)])
+            assert np.all(steps >= 0)
+            finite = np.isfinite(cdf)
+            assert np.all(np.diff(cdf)[(w[1:] == 0) & finite[:-1]] == 0)
+            u = np.clip(cdf[:-1][finite[:-1]] / cdf[-1], 0.0, np.nextafter(1.0, 0.0))
+            rows = np.asarray(draw(jnp.asarray(u), logits))
+            assert np.all(w[rows] > 0)
+
+
 def test_kmeanspp_draws_follow_the_dissimilarity():
     """Plain spherical k-means++ with two seeds on four rows: the first is uniform, the
     second is row j with probability (1 - x_i.x_j) / sum_l (1 - x_i.x_l) given the first i
