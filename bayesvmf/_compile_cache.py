@@ -391,6 +391,13 @@ def program_folder() -> Path | None:
     return _PROGRAM_FOLDER.get()
 
 
+def _data_module():
+    """Return :mod:`bayesvmf._data` (imported here: it imports this module)."""
+    from bayesvmf import _data
+
+    return _data
+
+
 def cached(method: Callable) -> Callable:
     """Return ``method`` running inside :func:`compilation_cache` (its default settings).
 
@@ -433,6 +440,9 @@ def cached(method: Callable) -> Callable:
                 raise
             finally:
                 _INSIDE.reset(token)
+                # the method's data copies are unreferenced now: let JAX drop its hold on
+                # their host buffers, so that they are freed when the method returns
+                _data_module().release_host_buffers()
             _emit_again(caught, sys._getframe(1))
         return result
 

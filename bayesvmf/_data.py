@@ -567,7 +567,7 @@ def _device_put_aligned(X: np.ndarray, dtype: np.dtype, transpose: bool = False)
     On an accelerator the array is copied to the device as before. The values are those of
     ``X.astype(dtype)`` (or its transpose).
     """
-    _release_host_buffers()
+    release_host_buffers()
     shape = X.shape[::-1] if transpose else X.shape
     size = X.size * dtype.itemsize
     raw = _host_buffer(size + HOST_ALIGNMENT)
@@ -587,7 +587,7 @@ def _host_buffer(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, dtype=np.uint8)
 
 
-def _release_host_buffers() -> None:
+def release_host_buffers() -> None:
     """Let go of the host buffers of deleted arrays that JAX has not released yet.
 
     A JAX array that shares a NumPy buffer (``device_put(..., may_alias=True)``) holds a
@@ -599,8 +599,9 @@ def _release_host_buffers() -> None:
     released only then), and the second fit's copies went to fresh memory, slow to touch
     the first time (on the 2-core benchmark machine the copies took 0.17-0.20 s in second
     fits, 0.03 s in later ones, which reused the memory of the fit before last;
-    docs/design.md section 5). Called before each new buffer. Where jaxlib has no such
-    hook, this does nothing.
+    docs/design.md section 5). Called before each new buffer, and when an estimator method
+    returns (:func:`bayesvmf._compile_cache.cached`), so that its copies are freed then.
+    Where jaxlib has no such hook, this does nothing.
     """
     collect = getattr(_xla_lib, "collect_garbage", None)
     if collect is not None:
