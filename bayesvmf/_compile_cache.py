@@ -391,11 +391,28 @@ def program_folder() -> Path | None:
     return _PROGRAM_FOLDER.get()
 
 
-def _data_module():
-    """Return :mod:`bayesvmf._data` (imported here: it imports this module)."""
-    from bayesvmf import _data
+def release_host_buffers() -> None:
+    """Let go of the host buffers of deleted arrays that JAX has not released yet.
 
-    return _data
+    A JAX array that shares a NumPy buffer (``device_put(..., may_alias=True)``, the data
+    copies of :func:`bayesvmf._data._device_put_aligned`) holds a reference to it, and when
+    the array is deleted JAX does not drop that reference at once: it queues it until its
+    next "garbage collection", which runs on Python's garbage collections (``jax._src.lib``'s
+    ``gc`` callback), in ``device_put`` and in jitted calls. A fit's input check and copies
+    are NumPy alone, so the copies of the fit before were still held when the next fit
+    allocated its own: two fits back to back held both (SparseVMFMixture, dense 50,000 x
+    256: 2 x 51 MB of float32 copies), and the second fit's copies went to fresh memory, slow
+    to touch the first time (on the 2-core benchmark machine they took 0.17-0.20 s in second
+    fits, 0.03 s in later ones; docs/design.md section 5). Called before each new copy and
+    when an estimator method returns (:func:`cached`), so that a fit's copies are freed
+    then. JAX has no public call for this; where its private one (``collect_garbage`` of
+    ``jax._src.lib._jax``, jaxlib 0.10) is missing, this does nothing.
+    """
+    from jax._src import lib
+
+    collect = getattr(getattr(lib, "_jax", None), "collect_garbage", None)
+    if collect is not None:
+        collect()
 
 
 def cached(method: Callable) -> Callable:
@@ -416,7 +433,8 @@ def cached(method: Callable) -> Callable:
     the method itself raised, its exception is the one that propagates. Because the
     recording and the cache settings are process-wide, the outermost calls of different
     threads run one at a time (a lock): estimator methods are thread-safe but not
-    concurrent (JAX parallelises inside each call).
+    concurrent (JAX parallelises inside each call). When the outermost call ends, the host
+    buffers of the arrays it deleted are released (:func:`release_host_buffers`).
     """
     if getattr(method, "_bayesvmf_cached", False):
         return method
@@ -440,9 +458,10 @@ def cached(method: Callable) -> Callable:
                 raise
             finally:
                 _INSIDE.reset(token)
-                # the method's data copies are unreferenced now: let JAX drop its hold on
-                # their host buffers, so that they are freed when the method returns
-                _data_module().release_host_buffers()
+                # on return the method's data copies are unreferenced: let JAX drop its hold
+                # on their host buffers, so that they are freed now (after an exception the
+                # traceback keeps them until it goes)
+                release_host_buffers()
             _emit_again(caught, sys._getframe(1))
         return result
 

@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
-from jax._src.lib import _jax as _xla_lib
 
 from bayesvmf import _compile_cache, _host_kernel
 from bayesvmf._compile_cache import JIT_OPTIONS, count_trace
@@ -567,7 +566,7 @@ def _device_put_aligned(X: np.ndarray, dtype: np.dtype, transpose: bool = False)
     On an accelerator the array is copied to the device as before. The values are those of
     ``X.astype(dtype)`` (or its transpose).
     """
-    release_host_buffers()
+    _compile_cache.release_host_buffers()  # the copies of data deleted since: freed
     shape = X.shape[::-1] if transpose else X.shape
     size = X.size * dtype.itemsize
     raw = _host_buffer(size + HOST_ALIGNMENT)
@@ -585,27 +584,6 @@ def _device_put_aligned(X: np.ndarray, dtype: np.dtype, transpose: bool = False)
 def _host_buffer(nbytes: int) -> np.ndarray:
     """Return ``nbytes`` of new host memory, a uint8 array (a seam for the tests)."""
     return np.empty(nbytes, dtype=np.uint8)
-
-
-def release_host_buffers() -> None:
-    """Let go of the host buffers of deleted arrays that JAX has not released yet.
-
-    A JAX array that shares a NumPy buffer (``device_put(..., may_alias=True)``) holds a
-    reference to it, and when the array is deleted JAX does not drop that reference at
-    once: it queues it until its next "garbage collection", which runs on Python's garbage
-    collections (``jax._src.lib``'s ``gc`` callback) and when a later buffer is made from
-    Python. So a fit's data copies outlived it until the next fit had allocated its own:
-    two fits back to back held both (dense 50,000 x 256: 98 MB more resident after a fit,
-    released only then), and the second fit's copies went to fresh memory, slow to touch
-    the first time (on the 2-core benchmark machine the copies took 0.17-0.20 s in second
-    fits, 0.03 s in later ones, which reused the memory of the fit before last;
-    docs/design.md section 5). Called before each new buffer, and when an estimator method
-    returns (:func:`bayesvmf._compile_cache.cached`), so that its copies are freed then.
-    Where jaxlib has no such hook, this does nothing.
-    """
-    collect = getattr(_xla_lib, "collect_garbage", None)
-    if collect is not None:
-        collect()
 
 
 @persistent_jit

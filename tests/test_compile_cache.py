@@ -163,7 +163,7 @@ def test_estimator_methods_run_inside_the_cache(tmp_path, default_settings):
 def test_a_fits_host_copies_are_freed_when_it_returns(monkeypatch):
     # the data copies a fit hands to JAX (bayesvmf._data._device_put_aligned) are freed when
     # the method returns, not when Python's collector or the next fit makes JAX let go of
-    # them (dense 50,000 x 256: 90 MB less resident after a fit); the collector is off here
+    # them (dense 50,000 x 256: about 90 MiB less resident after a fit); the collector is off here
     # so that its callback cannot do it instead
     from bayesvmf.models import SparseVMFMixture
 
