@@ -23,20 +23,20 @@ mixture's is a density on R^d, not comparable, and KMeans has none.
 
 First fits (the dense case at n = 50,000 and the tf-idf case): a fresh Python process fits
 each JAX estimator once (compilation included) and then ``LATER_FITS`` times more, whose
-median is its steady state; the process runs ``FIRST_FIT_PROCESSES`` times in turn with a
-compilation cache folder of its own, so the later ones show what the persistent compilation
-cache gives a new process. ``KMeans`` runs the same way as a reference that compiles
-nothing: what a first fit costs a new process on this machine beyond its steady state
-(first touches of fresh memory, thread pools starting), which the table gives in seconds
-beside the ratio. Its fits all use ``random_state=0``, since its number of iterations
-depends on the seed (19, 5 and 5 for seeds 0-2 in one run), and a ratio of fits of unequal
-work would say nothing. The tf-idf case is there since sparse data take other programs
-(the SciPy products and row reads, custom calls): one of them had stopped being written to
-the cache, and only a sparse first fit showed it (1.00 s against 0.57 s, session 23). One
-such ratio is noisy on a shared 2-core machine (four later processes of one sparse-mixture
-series gave 1.15x, 2.08x, 2.32x and 2.78x; three gave 1.94x, 2.67x and 3.11x in another):
-the summary gives the median over the later processes, seven of them since session 34
-(three before).
+median is its steady state; the process runs ``FIRST_FIT_PROCESSES`` times, the estimators
+taking turns, with a compilation cache folder of its own, so the later ones show what the
+persistent compilation cache gives a new process. ``KMeans`` runs the same way as a
+reference that compiles nothing: what a first fit costs a new process on this machine
+beyond its steady state (first touches of fresh memory, thread pools starting), which the
+table gives in seconds beside the ratio. Its fits all use ``random_state=0``, since its
+number of iterations depends on the seed (19, 5 and 5 for seeds 0-2 in one run), and a
+ratio of fits of unequal work would say nothing; the table lists every fit's iterations.
+The tf-idf case is there since sparse data take other programs (the SciPy products and row
+reads, custom calls): one of them had stopped being written to the cache, and only a sparse
+first fit showed it (1.00 s against 0.57 s, session 23). One such ratio is noisy on a
+shared 2-core machine (four later processes of one sparse-mixture series gave 1.15x, 2.08x,
+2.32x and 2.78x; three gave 1.94x, 2.67x and 3.11x in another): the summary gives the
+median over the later processes, seven of them since session 34 (three before).
 
 Writes benchmarks/results/vs_sklearn.json and vs_sklearn.md (``--tag gpu``:
 vs_sklearn_gpu.json and .md, for a run on an accelerator kept beside the CPU one). With
@@ -200,12 +200,13 @@ if sys.argv[1].endswith(".csr.npz"):
     X = scipy.sparse.load_npz(sys.argv[1])
 else:
     X = np.load(sys.argv[1])["X"]
-times = []
+times, n_iter = [], []
 for seed in range(1 + int(sys.argv[4])):
     t = time.perf_counter()
-    cls(int(sys.argv[3]), random_state=0 if sys.argv[2] == "KMeans" else seed).fit(X)
+    model = cls(int(sys.argv[3]), random_state=0 if sys.argv[2] == "KMeans" else seed).fit(X)
     times.append(time.perf_counter() - t)
-print(json.dumps(times))
+    n_iter.append(int(model.n_iter_))
+print(json.dumps({"seconds": times, "n_iter": n_iter}))
 """
 
 
@@ -231,7 +232,10 @@ def first_fits(case, X, k, names=FIRST_FIT_ESTIMATORS, processes=None):
 
     Each row names its ``case``. The processes share a compilation cache folder of their own
     (a temporary one, not the user's), so process 1 always starts without one and the later
-    ones read what it wrote.
+    ones read what it wrote. The estimators take turns (process 1 of each, then process 2 of
+    each, ...), so that a machine slower in one part of the run weighs on all of them: run
+    one after the other, KMeans' processes 2-4 had 0.03-0.04 s beyond the steady state and
+    its processes 5-8, last in the run, 0.46-0.65 s.
     """
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -243,8 +247,8 @@ def first_fits(case, X, k, names=FIRST_FIT_ESTIMATORS, processes=None):
             np.savez(path, X=X)
         env = dict(os.environ, BAYESVMF_CACHE=str(Path(tmp) / "cache"))
         env.pop("BAYESVMF_NO_COMPILATION_CACHE", None)
-        for name in names:
-            for process in range(1, (processes or FIRST_FIT_PROCESSES) + 1):
+        for process in range(1, (processes or FIRST_FIT_PROCESSES) + 1):
+            for name in names:
                 t = time.perf_counter()
                 out = subprocess.run(
                     [sys.executable, "-c", CHILD, str(path), name, str(k), str(LATER_FITS)],
@@ -254,7 +258,8 @@ def first_fits(case, X, k, names=FIRST_FIT_ESTIMATORS, processes=None):
                     env=env,
                 )
                 wall = time.perf_counter() - t
-                first, *later = json.loads(out.stdout.strip().splitlines()[-1])
+                fits = json.loads(out.stdout.strip().splitlines()[-1])
+                first, *later = fits["seconds"]
                 steady = float(np.median(later))
                 rows.append(
                     {
@@ -265,7 +270,7 @@ def first_fits(case, X, k, names=FIRST_FIT_ESTIMATORS, processes=None):
                         "later_fit_seconds": later,
                         "steady_fit_seconds": steady,
                         "first_over_steady": first / steady,
-                        "first_minus_steady_seconds": first - steady,
+                        "n_iter": fits["n_iter"],
                         "process_seconds": wall,
                     }
                 )
@@ -328,24 +333,34 @@ def to_markdown(out):
             "",
             f"Each row is one new Python process that fits {1 + LATER_FITS} times (seeds "
             f"0-{LATER_FITS}); its steady state is the median of the fits after the first. "
-            "The processes of a case run one after another with a compilation cache folder of "
-            "their own, so process 1 starts without one and process 2 and later can reuse "
-            "what process 1 left in it. One ratio is noisy on a shared machine: the median "
-            "over processes 2 and later is the figure to read. KMeans compiles nothing: its "
+            "The processes of a case run in turns (process 1 of each estimator, then process 2 "
+            "of each, ...) with a compilation cache folder of their own, so process 1 starts "
+            "without one and process 2 and later can reuse what process 1 left in it; the "
+            "iterations column lists each fit's `n_iter_`. One ratio is noisy on a shared "
+            "machine: the median over processes 2 and later is the figure to read. KMeans "
+            "compiles nothing: its "
             "rows (all its fits with `random_state=0`) show what a first fit costs a new "
             "process on this machine anyway; first - steady is that cost in seconds.",
             "",
             "| case | estimator | process | first fit (s) | later fits (s) | steady state (s) "
-            "| first / steady | first - steady (s) |",
-            "|---|---|---:|---:|---|---:|---:|---:|",
+            "| first / steady | first - steady (s) | iterations |",
+            "|---|---|---:|---:|---|---:|---:|---:|---|",
         ]
+        # run in turns (first_fits); listed estimator by estimator
+        order = {}
         for r in out["first_fits"]:
+            order.setdefault((r["case"], r["estimator"]), len(order))
+        rows = sorted(
+            out["first_fits"], key=lambda r: (order[r["case"], r["estimator"]], r["process"])
+        )
+        for r in rows:
             lines.append(
                 f"| {r['case']} | {r['estimator']} | {r['process']} "
                 f"| {r['first_fit_seconds']:.2f} "
                 f"| {', '.join(f'{s:.2f}' for s in r['later_fit_seconds'])} "
                 f"| {r['steady_fit_seconds']:.2f} | {r['first_over_steady']:.2f}x "
-                f"| {r['first_fit_seconds'] - r['steady_fit_seconds']:.2f} |"
+                f"| {r['first_fit_seconds'] - r['steady_fit_seconds']:.2f} "
+                f"| {', '.join(str(i) for i in r['n_iter']) if 'n_iter' in r else 'n/a'} |"
             )
         lines.append("")
         overheads = first_fit_overheads(out)
