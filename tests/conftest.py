@@ -128,6 +128,47 @@ def diagnose_calls(monkeypatch):
     return calls
 
 
+class HostBuffers:
+    """The host buffers :func:`bayesvmf._data._device_put_aligned` allocated in a test."""
+
+    def __init__(self):
+        self.buffers = []  # weak references, in the order allocated
+        self.alive_at_allocation = []  # how many earlier ones were alive at each allocation
+
+    def alive(self) -> int:
+        """How many of the recorded buffers are alive now."""
+        return sum(ref() is not None for ref in self.buffers)
+
+
+@pytest.fixture
+def host_buffers(monkeypatch):
+    """Record the host buffers of the data copies JAX shares, with Python's collector off.
+
+    The collector's callback also makes JAX let go of such buffers (bayesvmf._compile_cache.
+    release_host_buffers), so it is off for the whole test: what is freed, the package freed.
+    """
+    import weakref
+
+    from bayesvmf import _data
+
+    record, allocate = HostBuffers(), _data._host_buffer
+
+    def recording(nbytes):
+        record.alive_at_allocation.append(record.alive())
+        raw = allocate(nbytes)
+        record.buffers.append(weakref.ref(raw))
+        return raw
+
+    monkeypatch.setattr(_data, "_host_buffer", recording)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield record
+    finally:
+        if enabled:
+            gc.enable()
+
+
 @pytest.fixture
 def rng():
     """A NumPy generator with a fixed seed, new for every test."""

@@ -1,8 +1,6 @@
 """Row blocks cut at given rows (device_data's block_starts), block_array and tdot(as_rows)."""
 
-import gc
 import textwrap
-import weakref
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 from test_parallel import _run_on_two_devices
 
-from bayesvmf import _blocks, _data
+from bayesvmf import _blocks
 from bayesvmf.data import check_directional
 
 # Two forced CPU devices (set before JAX is imported): 11 rows cut after row 3, so block 0
@@ -156,35 +154,20 @@ def test_plain_dense_data_shares_its_aligned_host_copies(dtype, shape, monkeypat
             assert on_device.unsafe_buffer_pointer() == host.ctypes.data
 
 
-def test_host_copies_of_deleted_data_are_released_before_new_ones(monkeypatch):
+def test_host_copies_of_deleted_data_are_released_before_new_ones(host_buffers):
     # a JAX array that shares a NumPy buffer queues its reference when deleted, until JAX's
     # next garbage collection; the copies of the fit before must be gone before a new fit
     # allocates its own (else two fits back to back hold both, and the second touches fresh
     # memory). Checked when each buffer is allocated, with Python's collector off so that
     # its callback (which also releases them) cannot run in between.
     X = check_directional(np.random.default_rng(2).normal(size=(3000, 40)))
-    buffers, alive_at_allocation, host_buffer = [], [], _data._host_buffer
-
-    def spy(nbytes):
-        alive_at_allocation.append(sum(ref() is not None for ref in buffers))
-        raw = host_buffer(nbytes)
-        buffers.append(weakref.ref(raw))
-        return raw
-
-    monkeypatch.setattr(_data, "_host_buffer", spy)
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with jax.enable_x64(True):
-            data = _blocks.device_data(X, jnp.float32, transposed=True)
-            float(data.X.sum() + data.XT.sum())  # used by a program, as a fit does
-            assert sum(ref() is not None for ref in buffers) == 2
-            del data
-            again = _blocks.device_data(X, jnp.float32, transposed=True)
-    finally:
-        if enabled:
-            gc.enable()
-    assert alive_at_allocation == [0, 1, 0, 1], alive_at_allocation
+    with jax.enable_x64(True):
+        data = _blocks.device_data(X, jnp.float32, transposed=True)
+        float(data.X.sum() + data.XT.sum())  # used by a program, as a fit does
+        assert host_buffers.alive() == 2
+        del data
+        again = _blocks.device_data(X, jnp.float32, transposed=True)
+    assert host_buffers.alive_at_allocation == [0, 1, 0, 1], host_buffers.alive_at_allocation
     np.testing.assert_array_equal(np.asarray(again.X), X.astype(np.float32))
 
 

@@ -1,10 +1,8 @@
 """The scoped persistent compilation cache of bayesvmf._compile_cache."""
 
-import gc
 import json
 import textwrap
 import warnings
-import weakref
 from pathlib import Path
 
 import jax
@@ -160,31 +158,16 @@ def test_estimator_methods_run_inside_the_cache(tmp_path, default_settings):
     assert _Recorder().fit().fit_folder_ is None
 
 
-def test_a_fits_host_copies_are_freed_when_it_returns(monkeypatch):
+def test_a_fits_host_copies_are_freed_when_it_returns(host_buffers):
     # the data copies a fit hands to JAX (bayesvmf._data._device_put_aligned) are freed when
     # the method returns, not when Python's collector or the next fit makes JAX let go of
-    # them (dense 50,000 x 256: about 90 MiB less resident after a fit); the collector is off here
-    # so that its callback cannot do it instead
+    # them (dense 50,000 x 256: about 90 MiB less resident after a fit); the collector is
+    # off here so that its callback cannot do it instead
     from bayesvmf.models import SparseVMFMixture
 
     X = check_directional(np.random.default_rng(0).normal(size=(300, 6)))
-    buffers, host_buffer = [], _data._host_buffer
-
-    def spy(nbytes):
-        raw = host_buffer(nbytes)
-        buffers.append(weakref.ref(raw))
-        return raw
-
-    monkeypatch.setattr(_data, "_host_buffer", spy)
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        model = SparseVMFMixture(2, random_state=0).fit(X)
-        alive = [ref() is not None for ref in buffers]
-    finally:
-        if enabled:
-            gc.enable()
-    assert len(buffers) >= 2 and not any(alive), alive
+    model = SparseVMFMixture(2, random_state=0).fit(X)
+    assert len(host_buffers.buffers) >= 2 and host_buffers.alive() == 0, host_buffers.buffers
     assert model.predict(X).shape == (300,)
 
 
