@@ -48,6 +48,7 @@ python benchmarks/bench_vs_sklearn.py [--large] [--repeats 3] [--skip-first-fit]
 
 import argparse
 import json
+import operator
 import os
 import platform
 import subprocess
@@ -466,30 +467,29 @@ def _keep_parts_not_rerun(out, path):
     return out
 
 
-def first_fit_medians(out):
-    """Return {(case, estimator): first-fit ratios of processes 2 and later}, in row order.
+def _by_later_process(out, value):
+    """Return {(case, estimator): [value(first, steady) of processes 2 and later]}, in row order.
 
-    The ratio is first / steady state; in files of the older protocol (``vs_sklearn_gpu``:
-    one case, named once in ``first_fit_case``) first / second fit.
+    ``steady`` is the steady state; in files of the older protocol (``vs_sklearn_gpu``: one
+    case, named once in ``first_fit_case``) the second fit.
     """
-    later = {}
-    for r in out.get("first_fits", []):
-        if r["process"] > 1:
-            ratio = r.get("first_over_steady", r.get("first_over_second"))
-            key = (r.get("case", out.get("first_fit_case")), r["estimator"])
-            later.setdefault(key, []).append(ratio)
-    return later
-
-
-def first_fit_overheads(out):
-    """Return {(case, estimator): first minus steady fit seconds of processes 2 and later}."""
     later = {}
     for r in out.get("first_fits", []):
         if r["process"] > 1:
             key = (r.get("case", out.get("first_fit_case")), r["estimator"])
             steady = r.get("steady_fit_seconds", r.get("second_fit_seconds"))
-            later.setdefault(key, []).append(r["first_fit_seconds"] - steady)
+            later.setdefault(key, []).append(value(r["first_fit_seconds"], steady))
     return later
+
+
+def first_fit_medians(out):
+    """Return {(case, estimator): first / steady of processes 2 and later} (_by_later_process)."""
+    return _by_later_process(out, operator.truediv)
+
+
+def first_fit_overheads(out):
+    """Return {(case, estimator): first - steady seconds of processes 2 and later}."""
+    return _by_later_process(out, operator.sub)
 
 
 if __name__ == "__main__":
