@@ -23,7 +23,6 @@ document tables are laid out beside them with :meth:`RowBlocks.block_array`):
 ``take_rows(idx)``     the rows ``X[idx]``, dense float64 (the seedings)
 ``is_sharded``         whether the rows lie on a mesh of devices (outside ``shard_map``)
 ``replicate(tree)``    ``tree`` placed on every device of the mesh (plain data: unchanged)
-``without_transpose``  dense plain data without their ``X.T`` copy (prediction's program)
 =====================  ======================================================================
 
 The EM of a vMF mixture touches the data only through its sufficient statistics: the counts
@@ -204,10 +203,6 @@ class RowBlocks:
         if not self.is_sharded:
             return tree
         return jax.device_put(tree, NamedSharding(self.mesh, P()))
-
-    def without_transpose(self) -> RowBlocks:
-        """Row blocks keep no transposed copy: ``self``."""
-        return self
 
     def weigh_rows(self, values: jax.Array) -> jax.Array:
         """Return per-row ``values`` (block_rows, ...) times the row weights (padding: 0)."""
@@ -510,7 +505,6 @@ def device_data(
     *,
     devices=None,
     bucket: bool = False,
-    transposed: bool = False,
     kernel: str = "auto",
     block_starts=None,
 ):
@@ -533,9 +527,6 @@ def device_data(
         One local padded block whose rows and nnz are rounded up to :func:`bucket_size`
         (streaming chunks), so that chunks of similar size share compiled programs; with
         ``devices``, the blocks are rounded alike.
-    transposed : bool, default False
-        Plain dense data also keep a copy of ``X.T`` for the second product
-        (:class:`bayesvmf._data.DenseData`; training data, which take many such products).
     kernel : {"auto", "scipy", "segment_sum"}
         Sparse product kernel (:class:`bayesvmf._data.SparseData`); "auto" is "scipy" on
         CPU and "segment_sum" elsewhere. With ``devices``, "auto" is "segment_sum" on every
@@ -581,7 +572,7 @@ def device_data(
     """
     devices = resolve_devices(devices)
     if devices is None and not bucket and block_starts is None:
-        return _data.to_device(X, dtype, kernel=kernel, transposed=transposed)
+        return _data.to_device(X, dtype, kernel=kernel)
     return _row_blocks(X, dtype, devices, kernel, bucket, block_starts)
 
 

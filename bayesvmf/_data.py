@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import math
 import os
 import weakref
 
@@ -32,7 +33,6 @@ import scipy.sparse as sp
 
 from bayesvmf import _compile_cache, _host_kernel
 from bayesvmf._compile_cache import JIT_OPTIONS, count_trace
-from bayesvmf._program_cache import persistent_jit
 
 __all__ = [
     "DenseData",
@@ -83,10 +83,9 @@ class _PlainData:
         """Return ``X.T @ R`` (n_features, m) for ``R`` of shape (n_samples, m), in its dtype.
 
         The second data product of an iteration (the resultants ``resp.T @ X``). With
-        ``as_rows``, return ``R.T @ X`` (m, n_features) instead, computed in that orientation
-        (dense data: XLA's product ``R.T @ X`` sums in another order than ``(X.T @ R).T``,
-        measured on 2000 x 64 float32 rows and 10 columns; the Dirichlet corpus's VEM and
-        SVI steps compute so).
+        ``as_rows``, return ``R.T @ X`` (m, n_features) instead (the Dirichlet corpus's VEM
+        and SVI steps use that orientation). Dense data compute ``R.T @ X`` either way, over
+        the rows of ``X`` as stored (:func:`_product`); ``as_rows`` spares the transpose.
         """
         return _product(self, R, transpose=True, as_rows=as_rows)
 
@@ -119,10 +118,6 @@ class _PlainData:
         """Return per-row device ``values`` as a host (n_samples, ...) array."""
         return np.asarray(values)[: self.n_samples]
 
-    def without_transpose(self):
-        """Return the data as prediction builds them (:meth:`DenseData.without_transpose`)."""
-        return self
-
 
 @functools.partial(_compile_cache.jit, static_argnames="fn", compiler_options=JIT_OPTIONS)
 def _map_rows(fn, replicated, data):
@@ -138,22 +133,19 @@ class DenseData(_PlainData):
     Attributes
     ----------
     X : jax.Array of shape (n_samples, n_features)
-        Unit rows, in the dtype of the data products.
-    XT : jax.Array of shape (n_features, n_samples) or None
-        A row-major copy of ``X.T`` for the second product ``X.T @ R`` (training data,
-        ``device_data(..., transposed=True)``): on CPU, XLA's product with the transposed
-        operand was measured 2-3x slower than the plain product with a transposed copy
-        (50,000 x 256 float32, 32 columns: 15-17 ms against 5-7.5 ms); the copy doubles
-        the device memory of the data, as the sparse kernel's column-sorted copy does.
+        Unit rows, in the dtype of the data products. The second product ``X.T @ R`` is
+        taken over the rows of this one array (:func:`_product`); no transposed copy is
+        kept. Measured on 2 cores (dense 50,000 x 256, K = 32, fits alternated in one
+        process, session 35): the copy cost more (its host copy, its memory) than it saved,
+        SparseVMFMixture 0.275 -> 0.219 s, B-vMFmix 0.386 -> 0.301 s without it.
     """
 
-    def __init__(self, X, XT=None):
+    def __init__(self, X):
         self.X = X
-        self.XT = XT
 
     def tree_flatten(self):
-        """Flatten into the two arrays (children); no aux data."""
-        return (self.X, self.XT), None
+        """Flatten into the one array (child); no aux data."""
+        return (self.X,), None
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -165,18 +157,18 @@ class DenseData(_PlainData):
         """(n_samples, n_features)."""
         return self.X.shape
 
+    @property
+    def program_size(self) -> int:
+        """Twice the entries: what sizes a program on these rows (:func:`._compile_cache.jit`).
+
+        An iteration reads X in both products. Training data counted so while they kept a
+        transposed copy, and the size tiers of docs/design.md section 5 were measured so.
+        """
+        return 2 * math.prod(self.X.shape)
+
     def take_rows(self, idx: jax.Array) -> jax.Array:
         """Return the rows ``X[idx]`` as a dense float64 (len(idx), d) array."""
         return self.X[idx].astype(jnp.float64)
-
-    def without_transpose(self) -> DenseData:
-        """Return the data as prediction builds them: without their X.T copy.
-
-        The final assignment of a fit needs only ``X @ M``; passing the training data without
-        the copy lets it run the program that prediction compiles for the same shape, instead
-        of a second one for the other pytree.
-        """
-        return DenseData(self.X) if self.XT is not None else self
 
 
 #: Kernels of the two sparse products (see :class:`SparseData`).
@@ -469,9 +461,7 @@ def scipy_kernel_data(block: sp.csr_matrix, dtype) -> SparseData:
     return data
 
 
-def to_device(
-    X, dtype=jnp.float64, kernel: str = "auto", transposed: bool = False
-) -> DenseData | SparseData:
+def to_device(X, dtype=jnp.float64, kernel: str = "auto") -> DenseData | SparseData:
     """Move checked data (unit rows) to the device once, as plain data.
 
     The plain case of :func:`bayesvmf._blocks.device_data` (no ``devices``, no ``bucket``),
@@ -487,9 +477,6 @@ def to_device(
         Kernel of the sparse products (:class:`SparseData`); "auto" is "scipy" on CPU and
         "segment_sum" elsewhere. Ignored for dense input. With "scipy" the CSR matrix stays
         on the host and shares its index arrays (and float64 values) with ``X``.
-    transposed : bool, default False
-        Dense input: also keep a transposed copy for the second product
-        (:class:`DenseData`); for training data, which takes many such products.
 
     Returns
     -------
@@ -533,12 +520,10 @@ def to_device(
     dtype = jnp.dtype(dtype)
     # a dtype JAX keeps as it is (float64 only under x64), else JAX's cast and its warning
     if isinstance(X, np.ndarray) and X.ndim == 2 and jax.dtypes.canonicalize_dtype(dtype) == dtype:
-        XT = _device_put_aligned(X, dtype, transpose=True) if transposed else None
-        return DenseData(_device_put_aligned(X, dtype), XT)
+        return DenseData(_device_put_aligned(X, dtype))
     if isinstance(X, np.ndarray):
         X = X.astype(dtype, copy=False)  # cast on the host: no program for it
-    X = jnp.asarray(X, dtype=dtype)
-    return DenseData(X, _transposed(X) if transposed else None)
+    return DenseData(jnp.asarray(X, dtype=dtype))
 
 
 #: Byte alignment of the host copy that :func:`_device_put_aligned` hands to JAX; the CPU
@@ -546,8 +531,8 @@ def to_device(
 HOST_ALIGNMENT = 64
 
 
-def _device_put_aligned(X: np.ndarray, dtype: np.dtype, transpose: bool = False) -> jax.Array:
-    """Copy ``X`` (or ``X.T``) as ``dtype`` to 64-byte aligned host memory; put it on the device.
+def _device_put_aligned(X: np.ndarray, dtype: np.dtype) -> jax.Array:
+    """Copy ``X`` as ``dtype`` to 64-byte aligned host memory; put it on the device.
 
     The cast happens on the host (no program for it) into a buffer of this function's own,
     which nothing writes after, so ``jax.device_put(..., may_alias=True)`` can share it on
@@ -556,44 +541,24 @@ def _device_put_aligned(X: np.ndarray, dtype: np.dtype, transpose: bool = False)
     float64 it is one copy as before, now one the fit owns. Measured on dense 50,000 x 256,
     K = 32, ten fits each after a warm-up, the two ways alternated in one process: median
     SparseVMFMixture fit 0.252 -> 0.233 s (JAX's copy alone took 0.03 s, 0.06 s in a new
-    process's first fit); B-vMFmix, float64, 0.424 -> 0.393 s, within its spread. With
-    ``transpose`` the rows are copied in tiles of max(16, 2^16 / d) rows into the rows of
-    a row-major ``X.T``: as fast as XLA's transposition (0.016 s for 50,000 x 256 to
-    float32; NumPy's untiled transposed copy took 0.05 s), and no program to read back in a
-    new process (the ``_transposed`` program took 0.18 s of a new process's first fit).
+    process's first fit); B-vMFmix, float64, 0.424 -> 0.393 s, within its spread.
     ``X`` is 2-D and ``dtype`` one JAX keeps (float64 only under x64: :func:`to_device`
     leaves other cases to ``jnp.asarray`` and its warning).
     On an accelerator the array is copied to the device as before. The values are those of
-    ``X.astype(dtype)`` (or its transpose).
+    ``X.astype(dtype)``.
     """
     _compile_cache.release_host_buffers()  # the copies of data deleted since: freed
-    shape = X.shape[::-1] if transpose else X.shape
     size = X.size * dtype.itemsize
     raw = _host_buffer(size + HOST_ALIGNMENT)
     offset = (-raw.ctypes.data) % HOST_ALIGNMENT
-    host = raw[offset : offset + size].view(dtype).reshape(shape)
-    if transpose:
-        tile = max(16, (1 << 16) // max(X.shape[1], 1))
-        for start in range(0, X.shape[0], tile):
-            np.copyto(host[:, start : start + tile], X[start : start + tile].T, casting="unsafe")
-    else:
-        np.copyto(host, X, casting="unsafe")
+    host = raw[offset : offset + size].view(dtype).reshape(X.shape)
+    np.copyto(host, X, casting="unsafe")
     return jax.device_put(host, may_alias=True)
 
 
 def _host_buffer(nbytes: int) -> np.ndarray:
     """Return ``nbytes`` of new host memory, a uint8 array (a seam for the tests)."""
     return np.empty(nbytes, dtype=np.uint8)
-
-
-@persistent_jit
-def _transposed(X):
-    """Return X.T as a new row-major array, by a program kept on disk (for a JAX array X).
-
-    An eager ``X.T`` is a program of its own, traced and lowered again in every new process.
-    NumPy input is transposed on the host instead (:func:`_device_put_aligned`).
-    """
-    return X.T
 
 
 def _data_dtype(data):
@@ -757,12 +722,13 @@ def _product(data, B: jax.Array, transpose: bool, as_rows: bool = False) -> jax.
     out_dtype = B.dtype
     B = B.astype(_data_dtype(data))
     if isinstance(data, DenseData):
-        if transpose and as_rows:
-            return (B.T @ data.X).astype(out_dtype)
-        if transpose:
-            XT = data.X.T if data.XT is None else data.XT
-            return (XT @ B).astype(out_dtype)
-        return (data.X @ B).astype(out_dtype)
+        if not transpose:
+            return (data.X @ B).astype(out_dtype)
+        # the sum runs over the rows of X as it is stored, (..., m, d): XLA's CPU product
+        # reads a row-major X this way at the speed of a product with a transposed copy
+        # (session 35), so none is kept (DenseData)
+        rows = jax.lax.dot_general(B, data.X, (((B.ndim - 2,), (0,)), ((), ())))
+        return (rows if as_rows else jnp.swapaxes(rows, -1, -2)).astype(out_dtype)
     if as_rows:
         return _product(data, B, transpose).T.astype(out_dtype)
     if data.kernel == "scipy":

@@ -477,11 +477,11 @@ class BaseVMFMixture(DensityMixin, ClusterMixin, BaseVMFEstimator):
 
     def _training_data(self, Xc):
         """Return the checked training data on the device (subclasses shard it)."""
-        return _blocks.device_data(Xc, self._product_dtype(), transposed=True)
+        return _blocks.device_data(Xc, self._product_dtype())
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the component of each training row at the fitted parameters."""
-        weighted_log_prob = self._estimate_weighted_log_prob(data.without_transpose())
+        weighted_log_prob = self._estimate_weighted_log_prob(data)
         return np.argmax(np.asarray(weighted_log_prob), axis=1)
 
     # ---- prediction -------------------------------------------------------------------------

@@ -35,9 +35,8 @@ over interleaved rounds, each round timing every method once after a warm-up cal
 the load of the shared machine affects all alike; a ratio is the median of the per-round
 ratios to the round's EM iteration.
 
-EM and VI run on the training data their estimators build (dense rows with a transposed
-copy), Gibbs on plain data; all in float64 (``dtype="float64"``, not the estimators'
-default "mixed").
+EM, VI and Gibbs run on the data their estimators build (one device copy of the rows), all
+in float64 (``dtype="float64"``, not the estimators' default "mixed").
 
 Writes benchmarks/results/iterations.json and iterations.md. Run from the project root:
 
@@ -265,9 +264,8 @@ def bench(name, X, K, rng):
     if hasattr(X, "nnz"):
         out["nnz"] = int(X.nnz)
     times = rng.integers(0, N_TIMES, X.shape[0])
-    # EM's and VI's training data (as their estimators build it), Gibbs's plain data
-    train = _data.to_device(X, jnp.float64, transposed=True)
-    data = _data.to_device(X, jnp.float64)
+    # the data every estimator builds (one device copy of the rows)
+    data = train = _data.to_device(X, jnp.float64)
     em, labels = em_iteration(train, K)
     steps = {"em": em}
     for scheme in ("sampling", "bounding"):

@@ -169,7 +169,7 @@ def test_top_down_seeds_are_rows_of_the_node(init):
     X = np.random.default_rng(0).normal(size=(12, 5))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     X[[3, 7]] = X[9]
-    data = _data.to_device(X, transposed=True)
+    data = _data.to_device(X)
     seeds = jax.jit(_tree._node_seeds, static_argnames=("n_children", "init"))
     for rows in ([3, 7, 9], [5], [1, 2, 3, 4, 5, 6]):
         in_node = jnp.asarray(np.isin(np.arange(12), rows))

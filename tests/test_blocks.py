@@ -123,11 +123,10 @@ def test_tdot_as_rows_is_the_transposed_product(kind):
 
 @pytest.mark.parametrize("shape", [(37, 5), (1, 3), (5000, 40)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_plain_dense_data_shares_its_aligned_host_copies(dtype, shape, monkeypatch):
-    # the plain case (bayesvmf._data.to_device): the rows, and the transposed copy of the
-    # training data (in tiles of rows: 5000 x 40 takes several), cast on the host into
-    # 64-byte aligned buffers of their own, which the CPU client shares instead of copying;
-    # the values are X.astype(dtype) and its transpose, and the caller's array is left alone
+def test_plain_dense_data_shares_its_aligned_host_copy(dtype, shape, monkeypatch):
+    # the plain case (bayesvmf._data.to_device): the rows, cast on the host into a 64-byte
+    # aligned buffer of their own, which the CPU client shares instead of copying; one copy
+    # (no transposed one); the values are X.astype(dtype), the caller's array is left alone
     X = check_directional(np.random.default_rng(0).normal(size=shape))
     before = X.copy()
     hosts, device_put = [], jax.device_put
@@ -138,20 +137,18 @@ def test_plain_dense_data_shares_its_aligned_host_copies(dtype, shape, monkeypat
 
     monkeypatch.setattr(jax, "device_put", spy)
     with jax.enable_x64(True):
-        data = _blocks.device_data(X, dtype, transposed=True)
+        data = _blocks.device_data(X, dtype)
     monkeypatch.undo()
-    assert data.X.dtype == data.XT.dtype == dtype
+    assert jax.tree.leaves(data) == [data.X] and data.X.dtype == dtype
     np.testing.assert_array_equal(np.asarray(data.X), X.astype(dtype))
-    np.testing.assert_array_equal(np.asarray(data.XT), X.astype(dtype).T)
-    assert data.XT.shape == shape[::-1]
     np.testing.assert_array_equal(X, before)
     hosts = [h for h in hosts if isinstance(h, np.ndarray)]
-    assert len(hosts) == 2
-    for host, on_device in zip(sorted(hosts, key=lambda h: h.shape != shape), (data.X, data.XT)):
-        assert host.ctypes.data % 64 == 0 and not np.shares_memory(host, X)
-        assert host.flags.c_contiguous and host.shape == on_device.shape  # X.T row-major
-        if jax.default_backend() == "cpu":  # shared, not copied
-            assert on_device.unsafe_buffer_pointer() == host.ctypes.data
+    assert len(hosts) == 1
+    host = hosts[0]
+    assert host.ctypes.data % 64 == 0 and not np.shares_memory(host, X)
+    assert host.flags.c_contiguous and host.shape == data.X.shape
+    if jax.default_backend() == "cpu":  # shared, not copied
+        assert data.X.unsafe_buffer_pointer() == host.ctypes.data
 
 
 def test_host_copies_of_deleted_data_are_released_before_new_ones(host_buffers):
@@ -162,12 +159,12 @@ def test_host_copies_of_deleted_data_are_released_before_new_ones(host_buffers):
     # its callback (which also releases them) cannot run in between.
     X = check_directional(np.random.default_rng(2).normal(size=(3000, 40)))
     with jax.enable_x64(True):
-        data = _blocks.device_data(X, jnp.float32, transposed=True)
-        float(data.X.sum() + data.XT.sum())  # used by a program, as a fit does
-        assert host_buffers.alive() == 2
+        data = _blocks.device_data(X, jnp.float32)
+        float(data.X.sum())  # used by a program, as a fit does
+        assert host_buffers.alive() == 1
         del data
-        again = _blocks.device_data(X, jnp.float32, transposed=True)
-    assert host_buffers.alive_at_allocation == [0, 1, 0, 1], host_buffers.alive_at_allocation
+        again = _blocks.device_data(X, jnp.float32)
+    assert host_buffers.alive_at_allocation == [0, 0], host_buffers.alive_at_allocation
     np.testing.assert_array_equal(np.asarray(again.X), X.astype(np.float32))
 
 
@@ -177,6 +174,6 @@ def test_plain_dense_data_float64_without_x64_keeps_jax_cast_and_warning():
     X = check_directional(np.random.default_rng(1).normal(size=(6, 3)))
     with jax.enable_x64(False):
         with pytest.warns(UserWarning, match="float64"):
-            data = _blocks.device_data(X, jnp.float64, transposed=True)
-    assert data.X.dtype == data.XT.dtype == jnp.float32
-    np.testing.assert_array_equal(np.asarray(data.XT), X.astype(np.float32).T)
+            data = _blocks.device_data(X, jnp.float64)
+    assert data.X.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(data.X), X.astype(np.float32))

@@ -439,7 +439,7 @@ def test_argument_size_counts_entries_and_host_sparse_entries():
     X = scipy.sparse.random(50, 40, density=0.1, format="csr", random_state=0)
     X.data += 1.0
     sparse = _data.to_device(X, kernel="scipy")
-    dense = _data.to_device(X.toarray(), transposed=True)
+    dense = _data.to_device(X.toarray())
     assert _compile_cache.argument_size(sparse) == X.nnz == 200
     assert _compile_cache.argument_size((dense, {"k": np.zeros((3, 4))}, None, "a")) == (
         2 * 50 * 40 + 12

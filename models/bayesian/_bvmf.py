@@ -455,14 +455,9 @@ class BayesianVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         """Return the training data: plain, or one row block per device (``devices``).
 
         With ``devices`` the rows are sharded over the devices for the whole fit and the
-        final assignment of ``fit_predict`` (see the class docstring). Collapsed Gibbs
-        sweeps rows and takes one second product per chunk: its dense data keep no
-        transposed copy (:class:`bayesvmf._data.DenseData`), VI's do.
+        final assignment of ``fit_predict`` (see the class docstring).
         """
-        transposed = self.inference != "gibbs"
-        return _blocks.device_data(
-            Xc, self._product_dtype(), devices=self.devices, transposed=transposed
-        )
+        return _blocks.device_data(Xc, self._product_dtype(), devices=self.devices)
 
     def _training_labels(self, data) -> np.ndarray:
         """Return the largest lambda_ik of each training row (each device its rows)."""

@@ -264,10 +264,10 @@ class HierarchicalVMFMixture(_mixture.BaseVMFMixture):
         devices = _blocks.resolve_devices(self.devices)  # before the fitted model changes
         Xc = self._check_input(X, reset=True)
         with jax.enable_x64(True):
-            data = _blocks.device_data(Xc, devices=devices, transposed=True)
+            data = _blocks.device_data(Xc, devices=devices)
             self._fit(data, make_key(self.random_state))
             if not data.is_sharded:
-                weighted_log_prob = self._estimate_weighted_log_prob(data.without_transpose())
+                weighted_log_prob = self._estimate_weighted_log_prob(data)
                 self.labels_ = np.argmax(np.asarray(weighted_log_prob), axis=1)  # on the host
             else:
                 rows = data.map_rows(_leaf_log_predictive_rows, self._predictive_params())

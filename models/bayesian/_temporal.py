@@ -351,7 +351,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
         data, t = self._fit_rows(X, y, times)
         with jax.enable_x64(True):
             if not data.is_sharded:
-                weighted = self._weighted(data.without_transpose(), t)
+                weighted = self._weighted(data, t)
                 self.labels_ = np.argmax(np.asarray(weighted), axis=1)  # on the host
             else:
                 wlp = _log_predictive_blocks(data, data.row_array(t), self._predictive_params())
@@ -375,7 +375,7 @@ class TemporalVMFMixture(_mixture.BaseVMFMixture):
             "arrays: every step from 0 is fitted, rows or none)",
         )
         with jax.enable_x64(True):
-            data = _blocks.device_data(Xc, devices=self.devices, transposed=True)
+            data = _blocks.device_data(Xc, devices=self.devices)
             self._fit_times(data, t, make_key(self.random_state))
         return data, t
 

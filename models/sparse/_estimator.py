@@ -322,7 +322,7 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         """Return the training data: on the default device, or sharded with ``devices``."""
         self._stream_forget()  # a batch fit forgets any earlier partial_fit stream
         if self.devices is None:
-            return _blocks.device_data(Xc, self._product_dtype(), transposed=True)
+            return _blocks.device_data(Xc, self._product_dtype())
         return self._row_blocks(Xc)
 
     def _training_labels(self, data) -> np.ndarray:
@@ -336,7 +336,7 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         """Return log alpha_k + log f_k(x_i) of the training rows at the kept run."""
         if not data.is_sharded:
             # one device: the program prediction compiles, at the fitted attributes
-            return np.asarray(self._estimate_weighted_log_prob(data.without_transpose()))
+            return np.asarray(self._estimate_weighted_log_prob(data))
         run = self._best_state
         return _parallel.weighted_log_prob(data, run.log_weights[0], run.mu[0], run.kappa[0])
 
@@ -626,7 +626,7 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
         records: list[dict[str, Any]] = []
         stop_reason = "max_steps"
         with jax.enable_x64(True):
-            data = _blocks.device_data(Xc, dense._product_dtype(), transposed=True)
+            data = _blocks.device_data(Xc, dense._product_dtype())
             del Xc  # the device copy serves the whole path
             n, d = data.shape
             dense._fit(data, self._make_key())
