@@ -139,6 +139,22 @@ class HostBuffers:
         """How many of the recorded buffers are alive now."""
         return sum(ref() is not None for ref in self.buffers)
 
+    @staticmethod
+    def collect_cycles() -> None:
+        """Free unreachable reference cycles without the collector's callbacks.
+
+        With the collector off, an array caught in a cycle (a frame kept by a traceback
+        inside JAX's dispatch) would stay alive, which a running program's collector frees;
+        the callbacks (JAX's among them) are left out so that they cannot release the
+        queued host buffers instead of the package.
+        """
+        callbacks = gc.callbacks[:]
+        gc.callbacks.clear()
+        try:
+            gc.collect()
+        finally:
+            gc.callbacks[:] = callbacks
+
 
 @pytest.fixture
 def host_buffers(monkeypatch):

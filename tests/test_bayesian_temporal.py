@@ -531,14 +531,15 @@ def _one_cluster_and_an_outlier(d=10):
 @pytest.mark.filterwarnings("ignore::bayesvmf.exceptions.ConvergenceWarning")
 def test_coinciding_components_warn():
     """With the defaults, two components on one cluster (and one far row) end with the same
-    mean direction at every time step (measured, random_state=1: every row in component 0;
-    since session 33's seeding draws seeds 1, 2, 6 and 7 of 0-7 end so, seeds 0, 3 and 5
+    mean direction at every time step (measured, random_state=6: every row in component 0;
+    since session 36's dense products, whose float64 sums differ in their last bits, seeds
+    6 and 7 of 0-7 end so, seed 2 with every row in component 1, seeds 0, 1, 3 and 5
     coincide with the rows split between the two, seed 4 splits the cluster); the
     coincidence guard of _guards.diagnose gets each component's directions over the time
     steps, and reports the later one."""
     from bayesvmf.exceptions import DegenerateRunWarning
 
-    model = TemporalVMFMixture(2, random_state=1)
+    model = TemporalVMFMixture(2, random_state=6)
     with pytest.warns(DegenerateRunWarning, match=r"components \[1\] coincide") as record:
         model.fit(_one_cluster_and_an_outlier())
     assert "TemporalVMFMixture" in str(record[0].message)

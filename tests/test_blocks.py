@@ -163,6 +163,7 @@ def test_host_copies_of_deleted_data_are_released_before_new_ones(host_buffers):
         float(data.X.sum())  # used by a program, as a fit does
         assert host_buffers.alive() == 1
         del data
+        host_buffers.collect_cycles()
         again = _blocks.device_data(X, jnp.float32)
     assert host_buffers.alive_at_allocation == [0, 0], host_buffers.alive_at_allocation
     np.testing.assert_array_equal(np.asarray(again.X), X.astype(np.float32))

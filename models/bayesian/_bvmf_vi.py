@@ -641,9 +641,17 @@ def _seed_statistics(keys, data, n_components: int, init: str, kmeans_iter=None,
 
 @persistent_jit(static_argnames="n_components", compiler_options=_mixture.JIT_OPTIONS)
 def _label_statistics(labels, data, n_components: int):
-    """(r_k, N_k) of one crisp labelling (n,) of plain data."""
+    """(r_k, N_k) of one crisp labelling (n,) of plain data.
+
+    Computed as a batch of one, as :func:`_seed_statistics` computes the restarts': XLA's
+    CPU product over the rows of dense data takes another kernel for a batch than for one
+    right-hand side (float32 sums that differ in their last bits), and a fit from given
+    labels is to be the fit from seeds that give those labels.
+    """
     _mixture.count_trace("bayesian.label_statistics")
-    return _mixture.resultants(data, jax.nn.one_hot(labels, n_components, dtype=jnp.float64))
+    onehot = jax.nn.one_hot(labels, n_components, dtype=jnp.float64)
+    resultant, resp_sum = jax.vmap(_mixture.resultants, in_axes=(None, 0))(data, onehot[None])
+    return resultant[0], resp_sum[0]
 
 
 @persistent_jit(static_argnames=("scheme", "shared_kappa"), compiler_options=_mixture.JIT_OPTIONS)
