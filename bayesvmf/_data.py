@@ -135,9 +135,10 @@ class DenseData(_PlainData):
     X : jax.Array of shape (n_samples, n_features)
         Unit rows, in the dtype of the data products. The second product ``X.T @ R`` is
         taken over the rows of this one array (:func:`_product`); no transposed copy is
-        kept. Measured on 2 cores (dense 50,000 x 256, K = 32, fits alternated in one
-        process, session 35): the copy cost more (its host copy, its memory) than it saved,
-        SparseVMFMixture 0.275 -> 0.219 s, B-vMFmix 0.386 -> 0.301 s without it.
+        kept. It made that product faster (up to 1.9x, four restarts at d = 2,000) but cost
+        more than it saved in whole fits (its host copy in fresh memory): on 2 cores, dense
+        50,000 x 256, K = 32, SparseVMFMixture 0.250-0.271 -> 0.203-0.230 s, B-vMFmix
+        0.344-0.357 -> 0.249-0.315 s without it (docs/design.md section 5).
     """
 
     def __init__(self, X):
