@@ -126,8 +126,9 @@ TINY_PROGRAM_SIZE = 2**16
 def argument_size(tree) -> int | None:
     """Return the number of entries of the arrays in ``tree``; None if one is traced.
 
-    An object with a ``program_size`` attribute (sparse data kept on the host, whose
-    entries are not leaves: :class:`bayesvmf._data.SparseData`) counts that many; leaves
+    An object with a ``program_size`` attribute counts that many: sparse data kept on the
+    host, whose entries are not leaves (:class:`bayesvmf._data.SparseData`), and dense
+    data, which count their entries twice (:class:`bayesvmf._data.DenseData`); leaves
     without a shape (static arguments, None) count 0.
     """
     total = 0

@@ -265,11 +265,11 @@ def bench(name, X, K, rng):
         out["nnz"] = int(X.nnz)
     times = rng.integers(0, N_TIMES, X.shape[0])
     # the data every estimator builds (one device copy of the rows)
-    data = train = _data.to_device(X, jnp.float64)
-    em, labels = em_iteration(train, K)
+    data = _data.to_device(X, jnp.float64)
+    em, labels = em_iteration(data, K)
     steps = {"em": em}
     for scheme in ("sampling", "bounding"):
-        steps[f"vi_{scheme}"] = vi_iteration(train, K, labels, scheme)
+        steps[f"vi_{scheme}"] = vi_iteration(data, K, labels, scheme)
     gibbs_moves = {}
     for chains in (1, 2):
         steps[f"gibbs_{chains}_chains"], gibbs_moves[chains] = gibbs_sweeps(data, K, labels, chains)
