@@ -57,7 +57,9 @@ import math
 import os
 import sys
 import threading
+import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -392,7 +394,23 @@ def program_folder() -> Path | None:
     return _PROGRAM_FOLDER.get()
 
 
-def release_host_buffers() -> None:
+#: Weak references (host buffer, JAX array sharing it) to the copies of
+#: :func:`bayesvmf._data._device_put_aligned` whose buffers may still be held.
+_SHARED: list[tuple[weakref.ref, weakref.ref]] = []
+_SHARED_LOCK = threading.Lock()
+
+#: Seconds :func:`cached` waits, when a method returns, for JAX to let go of the host
+#: buffers of the copies it deleted (:func:`release_host_buffers`).
+RELEASE_WAIT = 1.0
+
+
+def share_host_buffer(buffer, array) -> None:
+    """Record that ``array`` shares the host memory ``buffer`` (see release_host_buffers)."""
+    with _SHARED_LOCK:
+        _SHARED.append((weakref.ref(buffer), weakref.ref(array)))
+
+
+def release_host_buffers(*, wait: float = 0.0) -> None:
     """Let go of the host buffers of deleted arrays that JAX has not released yet.
 
     A JAX array that shares a NumPy buffer (``device_put(..., may_alias=True)``, the data
@@ -408,11 +426,29 @@ def release_host_buffers() -> None:
     when an estimator method returns (:func:`cached`), so that a fit's copies are freed
     then. JAX has no public call for this; where its private one (``collect_garbage`` of
     ``jax._src.lib._jax``, jaxlib 0.10) is missing, this does nothing.
+
+    A deleted array's buffer is queued only once the computations dispatched on it have
+    finished, and JAX runs them asynchronously: on a loaded machine one could still be
+    running when the method returned (the suite, two workers on two cores: the copy of a
+    300-row fit was still held after it, in about one new process of five under three
+    busy processes). ``wait`` > 0: while some deleted copy recorded by
+    :func:`share_host_buffer` is still held, collect again every millisecond, for at most
+    ``wait`` seconds (a copy whose array is alive is not waited for).
     """
     from jax._src import lib
 
     collect = getattr(getattr(lib, "_jax", None), "collect_garbage", None)
-    if collect is not None:
+    if collect is None:
+        return
+    collect()
+    deadline = time.monotonic() + wait
+    while True:
+        with _SHARED_LOCK:
+            _SHARED[:] = [pair for pair in _SHARED if pair[0]() is not None]
+            pending = any(array() is None for _, array in _SHARED)
+        if not pending or time.monotonic() >= deadline:
+            return
+        time.sleep(1e-3)
         collect()
 
 
@@ -461,8 +497,8 @@ def cached(method: Callable) -> Callable:
                 _INSIDE.reset(token)
                 # on return the method's data copies are unreferenced: let JAX drop its hold
                 # on their host buffers, so that they are freed now (after an exception the
-                # traceback keeps them until it goes)
-                release_host_buffers()
+                # traceback keeps them until it goes), once the computations on them finished
+                release_host_buffers(wait=RELEASE_WAIT)
             _emit_again(caught, sys._getframe(1))
         return result
 

@@ -554,7 +554,9 @@ def _device_put_aligned(X: np.ndarray, dtype: np.dtype) -> jax.Array:
     offset = (-raw.ctypes.data) % HOST_ALIGNMENT
     host = raw[offset : offset + size].view(dtype).reshape(X.shape)
     np.copyto(host, X, casting="unsafe")
-    return jax.device_put(host, may_alias=True)
+    array = jax.device_put(host, may_alias=True)
+    _compile_cache.share_host_buffer(raw, array)
+    return array
 
 
 def _host_buffer(nbytes: int) -> np.ndarray:

@@ -3,6 +3,7 @@
 import json
 import textwrap
 import warnings
+import weakref
 from pathlib import Path
 
 import jax
@@ -161,9 +162,9 @@ def test_a_fits_host_copies_are_freed_when_it_returns():
     # the data copy a fit hands to JAX (bayesvmf._data._device_put_aligned) is freed when
     # the method returns, not when Python's collector or the next fit makes JAX let go of
     # it (dense 50,000 x 256 in float32: about 50 MB less resident after a fit). With the
-    # collector off, so that its callback cannot do it instead, in a new process: in the
-    # suite's workers the copy was once still alive after the fit, held by what earlier
-    # tests had left there (not reproduced alone, nor in new processes)
+    # collector off, so that its callback cannot do it instead, in a new process (a copy
+    # still used by a computation JAX runs asynchronously is let go once it finished:
+    # test_release_waits_for_jax_to_let_go_of_deleted_copies)
     script = textwrap.dedent(
         """
         import gc, weakref
@@ -189,6 +190,37 @@ def test_a_fits_host_copies_are_freed_when_it_returns():
     )
     made, alive = map(int, run_python(script).split()[:2])
     assert made >= 1 and alive == 0, (made, alive)
+
+
+def test_release_waits_for_jax_to_let_go_of_deleted_copies(monkeypatch):
+    # JAX queues a deleted array's host buffer only once the computations on it finished,
+    # so at a method's return its copy may still be held: release_host_buffers(wait=...)
+    # collects again until it goes. Here a stand-in for JAX's collector drops its hold on
+    # the third call; the array sharing the buffer is gone, a live one is not waited for
+    from jax._src import lib
+
+    class Array:  # weakref-able, as jax.Array is
+        pass
+
+    held, calls = [np.empty(8, np.uint8)], []
+
+    def collect():
+        calls.append(1)
+        if len(calls) == 3:
+            held.clear()
+
+    monkeypatch.setattr(lib._jax, "collect_garbage", collect)
+    monkeypatch.setattr(_compile_cache, "_SHARED", [])
+    buffer = weakref.ref(held[0])
+    _compile_cache.share_host_buffer(held[0], Array())  # its array is deleted at once
+    _compile_cache.release_host_buffers()  # no wait: one collection, the buffer still held
+    assert len(calls) == 1 and buffer() is not None
+    _compile_cache.release_host_buffers(wait=5.0)
+    assert len(calls) == 3 and buffer() is None and _compile_cache._SHARED == []
+    alive, keep = Array(), np.empty(8, np.uint8)
+    _compile_cache.share_host_buffer(keep, alive)
+    _compile_cache.release_host_buffers(wait=5.0)  # its array is alive: one collection
+    assert len(calls) == 4 and len(_compile_cache._SHARED) == 1
 
 
 @pytest.mark.parametrize(("value", "used"), [("1", False), ("yes", False), ("0", True)])
