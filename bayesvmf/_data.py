@@ -734,8 +734,8 @@ def _product(data, B: jax.Array, transpose: bool, as_rows: bool = False) -> jax.
         rows = jax.lax.dot_general(B, data.X, (((B.ndim - 2,), (0,)), ((), ())))
         rows = rows.astype(out_dtype)
         return rows if as_rows else jnp.swapaxes(rows, -1, -2)
-    if as_rows:
-        return _product(data, B, transpose).T.astype(out_dtype)
+    if as_rows:  # the last two axes only: the "scipy" kernel takes a stack of B whole
+        return jnp.swapaxes(_product(data, B, transpose), -1, -2).astype(out_dtype)
     if data.kernel == "scipy":
         return _scipy_product(data, B, transpose=transpose).astype(out_dtype)
     if transpose:

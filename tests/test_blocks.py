@@ -121,6 +121,26 @@ def test_tdot_as_rows_is_the_transposed_product(kind):
     np.testing.assert_allclose(got, plain.T, rtol=1e-13)
 
 
+@pytest.mark.parametrize("kind", ["dense", "scipy", "segment_sum"])
+def test_tdot_as_rows_of_a_batch_transposes_only_the_last_two_axes(kind):
+    # a stack of R (restarts), passed whole or vmapped: (b, n, m) -> (b, m, d). The sparse
+    # kernels transposed their product with .T, which reverses every axis of a stack
+    # (session 38); segment_sum gathers rows of its argument, so it takes stacks by vmap only
+    rng = np.random.default_rng(4)
+    X = check_directional(np.abs(rng.normal(size=(9, 4))))
+    R = rng.random((3, 9, 2))
+    want = np.einsum("bnm,nd->bmd", R, X)
+    with jax.enable_x64(True):
+        data = _blocks.device_data(X if kind == "dense" else sp.csr_matrix(X), kernel=kind)
+        rows = data.block
+        mapped = jax.vmap(lambda r: rows.tdot(r, as_rows=True))(jnp.asarray(R))
+        np.testing.assert_allclose(np.asarray(mapped), want, rtol=1e-13)
+        if kind != "segment_sum":
+            whole = rows.tdot(jnp.asarray(R), as_rows=True)
+            assert whole.shape == (3, 2, 4)
+            np.testing.assert_allclose(np.asarray(whole), want, rtol=1e-13)
+
+
 @pytest.mark.parametrize("shape", [(37, 5), (1, 3), (5000, 40)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_plain_dense_data_shares_its_aligned_host_copy(dtype, shape, monkeypatch):
