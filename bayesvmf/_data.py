@@ -746,6 +746,11 @@ def _product(data, B: jax.Array, transpose: bool, as_rows: bool = False) -> jax.
         return jnp.swapaxes(_product(data, B, transpose), -1, -2).astype(out_dtype)
     if data.kernel == "scipy":
         return _scipy_product(data, B, transpose=transpose).astype(out_dtype)
+    if B.ndim > 2:  # B[gather] would index the stack's first axis (clamped): wrong sums
+        raise ValueError(
+            f"the segment_sum kernel multiplies one right-hand side (2-D), got B of shape "
+            f"{B.shape}; vmap over a stack"
+        )
     if transpose:
         values, gather, segments, size = data.t_values, data.t_rows, data.t_cols, data.shape[1]
     else:
