@@ -13,9 +13,12 @@ Cases:
 Each case fits scikit-learn's ``KMeans(K)`` and ``GaussianMixture(K, covariance_type=
 "diag")`` (dense input only: it cannot take a sparse matrix, and the tf-idf matrix densified
 holds 4 GB) beside ``SparseVMFMixture(K)`` and ``BayesianVMFMixture(K)``, every estimator
-with its defaults but K and ``random_state``. One warm-up fit per estimator (JAX compiles),
-then ``REPEATS`` whole fits each, interleaved (estimator after estimator, repeat after
-repeat) on a machine shared with other jobs: the table gives the best time of the repeats
+with its defaults but K and ``random_state``. One warm-up fit per estimator (JAX compiles;
+the estimators' persistent compilation cache is off in this process, since importing
+``bench_sparse`` sets ``BAYESVMF_NO_COMPILATION_CACHE=1``, and the fits after the warm-up
+reuse the programs compiled in it; the first-fit processes below have the cache on), then
+``REPEATS`` whole fits each, interleaved (estimator after estimator, repeat after repeat) on
+a machine shared with other jobs: the table gives the best time of the repeats
 and the ratio of the best times to KMeans' best, the mean held-out ARI against the true
 clusters over the repeats (each repeat another seed) and the converged flags. Held-out
 log-likelihood: the mean per-row log density on the sphere of the vMF models; the Gaussian
