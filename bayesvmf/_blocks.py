@@ -16,6 +16,7 @@ document tables are laid out beside them with :meth:`RowBlocks.block_array`):
 ``weigh_rows(v)``      per-row values with padding rows set to 0 (plain data: unchanged)
 ``sum_over_blocks``    partial sums added over the devices (``psum``; plain data: unchanged)
 ``map(fn, r, *rows)``  ``fn(r, data, *rows)``, once per device under ``shard_map`` if sharded
+``map_sums(fn, r)``    sums over rows of ``fn(r, data)``: ``map``, or over row chunks (dense)
 ``map_rows(fn, r)``    ``fn(r, block)`` of every row, gathered into one host array
 ``row_array(v)``       per-row host values laid out like the rows (padded, sharded)
 ``block_array``        (row blocks) a model's per-block table laid out like the rows
@@ -304,6 +305,14 @@ class RowBlocks:
             # issue 19)
             check_vma=False,
         )(replicated, self.data, self.row_weight, *rows)
+
+    def map_sums(self, fn, replicated, *, columns: int):
+        """Return the sums ``fn(replicated, data)`` over the rows: :meth:`map`, in one piece.
+
+        Each block's rows are not cut into chunks, as plain dense data's are
+        (:meth:`bayesvmf._data.DenseData.map_sums`); ``columns`` is unused.
+        """
+        return self.map(fn, replicated)
 
     def map_rows(self, fn, replicated) -> np.ndarray:
         """Return ``fn(replicated, block)`` of every block as a host array, padding dropped.

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from sklearn.metrics import adjusted_rand_score
 
 import bayesvmf
-from bayesvmf import _mixture, special
+from bayesvmf import _data, _mixture, special
 from bayesvmf.models import SparseVMFMixture
 from bayesvmf.models.bayesian import _bvmf_vi, _kappa
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
@@ -686,3 +686,30 @@ def test_a_gibbs_fit_forgets_the_stream(fits, sample):
     assert not hasattr(model, "n_samples_seen_") and not hasattr(model, "n_steps_")
     with pytest.raises(ValueError, match="needs inference='vi'"):
         model.partial_fit(sample.X[:30])
+
+
+def test_data_step_over_chunks_of_rows_equals_one_pass(fits, sample):
+    """The q(z) statistics of dense data added over chunks of rows (``map_sums``, as
+    data_step takes them when the rows are many): those of one pass over all 240 rows, and
+    those of the fit's own responsibilities (predict_proba, in NumPy)."""
+    model = fits["bounding"]
+    post = jax.tree_util.tree_map(lambda a: a[None], _posterior_from(model))
+    with jax.enable_x64(True):
+        data = _data.to_device(sample.X)
+        a_gamma = special.mean_resultant_length(20, post.gamma)
+        whole = jax.jit(_bvmf_vi._data_step_body)((post, a_gamma), data)
+        chunked = jax.jit(
+            lambda args, d: d.map_sums(_bvmf_vi._data_step_body, args, columns=3, chunk_rows=70)
+        )((post, a_gamma), data)
+    want = _stats_from(model, sample.X)
+    for field in ("resultant", "resp_sum", "resp_entropy"):
+        got = np.asarray(getattr(chunked, field))[0]
+        np.testing.assert_allclose(
+            got, np.asarray(getattr(whole, field))[0], rtol=1e-12, atol=1e-12, err_msg=field
+        )
+        np.testing.assert_allclose(
+            got, np.asarray(getattr(want, field)), rtol=1e-9, atol=1e-9, err_msg=field
+        )
+    np.testing.assert_allclose(
+        np.asarray(chunked.resp_square), np.asarray(whole.resp_square), rtol=1e-12
+    )

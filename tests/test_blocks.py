@@ -201,3 +201,70 @@ def test_plain_dense_data_float64_without_x64_keeps_jax_cast_and_warning():
             data = _blocks.device_data(X, jnp.float64)
     assert data.X.dtype == jnp.float32
     np.testing.assert_array_equal(np.asarray(data.X), X.astype(np.float32))
+
+
+# ---- DenseData.map_sums: E-step statistics over chunks of rows ------------------------------
+
+
+def _statistics_reference(X, log_weights, mu, kappa, log_c):
+    """r_k, N_k and sum_i log p(x_i) of one run, in NumPy float64 (eqs. (9), (23))."""
+    wlp = X @ (kappa[:, None] * mu).T + log_c + log_weights
+    log_norm = np.logaddexp.reduce(wlp, axis=1)
+    resp = np.exp(wlp - log_norm[:, None])
+    return resp.T @ X, resp.sum(0), log_norm.sum()
+
+
+@pytest.mark.parametrize("n", [64, 65, 127, 192, 199, 320])
+def test_dense_map_sums_over_chunks_equal_numpy(n):
+    """Chunks of 64 rows (the last one ending at the last row, its shared rows weighing 0),
+    the sums of two runs added over them: NumPy's sums over all rows, at every remainder.
+
+    Several sizes: jaxlib 0.10.2 miscompiles some CPU reductions at one size and not at
+    another (jax-ml/jax 39103, 39257), so a loop that is right at one n proves nothing of
+    the next."""
+    from bayesvmf import _data, _parallel
+
+    rng = np.random.default_rng(n)
+    X = check_directional(rng.normal(size=(n, 5)))
+    runs = 2
+    mu = rng.normal(size=(runs, 3, 5))
+    mu /= np.linalg.norm(mu, axis=-1, keepdims=True)
+    kappa = rng.uniform(1.0, 20.0, size=(runs, 3))
+    log_c = rng.normal(size=(runs, 3))
+    log_weights = np.log(rng.dirichlet(np.ones(3), size=runs))
+
+    def batch(args, data):
+        return jax.vmap(lambda *a: _parallel.e_statistics(data, *a))(*args)
+
+    with jax.enable_x64(True):
+        data = _data.to_device(X)
+        args = tuple(jnp.asarray(a) for a in (log_weights, mu, kappa, log_c))
+        chunked = jax.jit(lambda a, d: d.map_sums(batch, a, columns=6, chunk_rows=64))(args, data)
+        whole = jax.jit(batch)(args, data)
+    for run in range(runs):
+        want = _statistics_reference(X, log_weights[run], mu[run], kappa[run], log_c[run])
+        for got, one, ref in zip(chunked, whole, want):
+            np.testing.assert_allclose(np.asarray(got)[run], ref, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(
+                np.asarray(got)[run], np.asarray(one)[run], rtol=1e-12, atol=1e-12
+            )
+
+
+def test_dense_map_sums_default_chunks_and_one_chunk():
+    """The default chunk: about SUM_CHUNK_BYTES of rows and float64 (rows, columns) values,
+    at least SUM_CHUNK_MIN_ROWS rows; data of no more rows than a chunk are passed to fn
+    whole."""
+    from bayesvmf import _data
+
+    assert _data.sum_chunk_rows(256 * 4, 32) == 4096  # d = 256 float32, K = 32
+    assert _data.sum_chunk_rows(256 * 4, 10**6) == _data.SUM_CHUNK_MIN_ROWS
+    assert _data.sum_chunk_rows(0, 0) == _data.SUM_CHUNK_BYTES // 32
+    seen = []
+    X = check_directional(np.random.default_rng(0).normal(size=(64, 3)))
+    with jax.enable_x64(True):
+        data = _data.to_device(X)
+        out = data.map_sums(
+            lambda r, d: seen.append(d) or d.X.sum(), None, columns=1, chunk_rows=64
+        )
+    assert seen == [data]
+    np.testing.assert_allclose(float(out), X.sum(), rtol=1e-13)
