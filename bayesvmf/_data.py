@@ -187,7 +187,7 @@ class DenseData(_PlainData):
         responsibilities). Over all rows they grow with n: B-vMFmix's data step held 305 MB
         of XLA temporary buffers per call at 500,000 x 256, K = 32, above glibc's largest
         threshold for keeping freed memory for reuse (32 MiB), so every call faulted them
-        in afresh (78,000 page faults a call). Over chunks of ``chunk_rows`` rows (default
+        in afresh (78,000 page faults a call). Over chunks of rows (default
         :func:`sum_chunk_rows`: a working set of about :data:`SUM_CHUNK_BYTES`, which also
         stays in the caches) they are bounded whatever n (docs/design.md section 5 has the
         measurements).
@@ -195,17 +195,19 @@ class DenseData(_PlainData):
         Each chunk is a :class:`bayesvmf._blocks.RowBlocks` view of ``chunk_rows`` rows, a
         weight per row, which ``fn`` weighs as it weighs padding rows. The last chunk ends
         at the last row and weighs 0 the rows it shares with the chunk before, so every
-        chunk has one shape (one loop body in the program). Data of at most ``chunk_rows``
-        rows are one chunk: ``fn(replicated, self)``, the program of before.
+        chunk has one shape (one loop body in the program). Where :func:`sum_chunk_rows`
+        finds no gain in chunks (or ``chunk_rows`` is at least n), ``fn(replicated,
+        self)``: one pass, the program of before.
         """
         from bayesvmf._blocks import RowBlocks  # _blocks builds on this module
 
         n = self.shape[0]
         if chunk_rows is None:
-            rows = sum_chunk_rows(self.X.shape[1] * self.X.dtype.itemsize, columns)
+            row_bytes = self.X.shape[1] * self.X.dtype.itemsize
+            rows = sum_chunk_rows(n, row_bytes, columns)
         else:
             rows = int(chunk_rows)
-        if n <= rows:
+        if rows is None or n <= rows:
             return fn(replicated, self)
         n_chunks = -(-n // rows)
 
@@ -225,28 +227,42 @@ class DenseData(_PlainData):
         return total
 
 
-#: Bytes of the working set of one chunk of :meth:`DenseData.map_sums`: its rows and a few
-#: float64 (rows, columns) arrays. Measured (the E-step statistics of SparseVMFMixture,
-#: 500,000 x 256 float32, K = 32, one run, 2 cores): 160 ms a pass over all rows (200 MB
-#: of XLA temporaries, 48,800 page faults a call); over chunks of 1,024 / 2,048 / 4,096 /
-#: 6,000 / 16,384 rows 124 / 95 / 83 / 86 / 112 ms, no faults; at 50,000 rows 10.0 ms
-#: whole, 14.6 / 10.2 / 9.9 ms over chunks of 1,024 / 2,048 / 4,096 (medians of 7 calls).
+#: Bytes of the working set of one chunk of :meth:`DenseData.map_sums`: its rows (XLA
+#: copies them out of X) and four float64 values per column. Measured (the E-step
+#: statistics of SparseVMFMixture, 500,000 x 256 float32, K = 32, one run, 2 cores): 160
+#: ms a pass over all rows (200 MB of XLA temporaries, 48,800 page faults a call); over
+#: chunks of 1,024 / 2,048 / 4,096 / 6,000 / 16,384 rows 124 / 95 / 83 / 86 / 112 ms, no
+#: faults; at 50,000 rows 10.0 ms whole, 14.6 / 10.2 / 9.9 ms over chunks of 1,024 / 2,048
+#: / 4,096 (medians of 7 calls).
 SUM_CHUNK_BYTES = 8 << 20
 
-#: Fewest rows of a chunk of :meth:`DenseData.map_sums` (fewer cost the loop more than
-#: they save: 1,024 rows above).
-SUM_CHUNK_MIN_ROWS = 2048
+#: A pass whose float64 (n, columns) values take at most this many bytes runs whole in
+#: :meth:`DenseData.map_sums`: glibc's largest threshold for keeping freed memory, below
+#: which a call's temporaries are reused by the next (50,000 rows at K = 32 are above it).
+SUM_WHOLE_BYTES = 32 << 20
+
+#: Fewest rows of a chunk of :meth:`DenseData.map_sums`, for wide rows or many columns
+#: (at d = 256, K = 32 the chunk is 4,096 rows; 1,024 were slower above).
+SUM_CHUNK_MIN_ROWS = 256
 
 
-def sum_chunk_rows(row_bytes: int, columns: int) -> int:
-    """Rows of a chunk of :meth:`DenseData.map_sums`: about :data:`SUM_CHUNK_BYTES` of work.
+def sum_chunk_rows(n: int, row_bytes: int, columns: int) -> int | None:
+    """Rows of a chunk of :meth:`DenseData.map_sums` for ``n`` rows, or None: one pass.
 
     A row costs ``row_bytes`` (its stored values) and four float64 values per column (the
-    log-likelihoods, responsibilities and what an E-step computes from them); 4,096 rows
-    at d = 256 float32, K = 32.
+    log-likelihoods, responsibilities and what an E-step computes from them). One pass
+    where those values of all rows fit in :data:`SUM_WHOLE_BYTES`, or where a chunk would
+    hold no less than half of them (wide rows); otherwise chunks of about
+    :data:`SUM_CHUNK_BYTES` (at least :data:`SUM_CHUNK_MIN_ROWS` rows), evened out so
+    that the last one shares fewer rows than there are chunks.
     """
+    whole = n * 32 * max(int(columns), 1)
     per_row = int(row_bytes) + 32 * max(int(columns), 1)
-    return max(SUM_CHUNK_MIN_ROWS, SUM_CHUNK_BYTES // per_row)
+    target = max(SUM_CHUNK_MIN_ROWS, SUM_CHUNK_BYTES // per_row)
+    if whole <= SUM_WHOLE_BYTES or n <= target or 2 * target * per_row > whole:
+        return None
+    n_chunks = -(-n // target)
+    return -(-n // n_chunks)
 
 
 #: Kernels of the two sparse products (see :class:`SparseData`).

@@ -713,3 +713,23 @@ def test_data_step_over_chunks_of_rows_equals_one_pass(fits, sample):
     np.testing.assert_allclose(
         np.asarray(chunked.resp_square), np.asarray(whole.resp_square), rtol=1e-12
     )
+
+
+def test_data_step_takes_many_columns_over_chunks_of_the_default_size(fits, sample):
+    """data_step as a fit calls it, on 6,001 rows and 64 runs of 3 components (192 columns:
+    37 MB of float64 values over all rows, so five chunks of 1,201 by the default rule):
+    the statistics of one pass over all rows."""
+    from bayesvmf import _data as data_layer
+
+    X = np.vstack([np.tile(sample.X, (25, 1)), sample.X[:1]])
+    assert data_layer.sum_chunk_rows(6_001, 20 * 8, 64 * 3) == 1_201
+    post = jax.tree_util.tree_map(
+        lambda a: jnp.repeat(a[None], 64, axis=0), _posterior_from(fits["bounding"])
+    )
+    with jax.enable_x64(True):
+        data = data_layer.to_device(X)
+        a_gamma = special.mean_resultant_length(20, post.gamma)
+        chunked = _bvmf_vi.data_step(data, post, a_gamma)
+        whole = jax.jit(_bvmf_vi._data_step_body)((post, a_gamma), data)
+    for got, want in zip(chunked, whole):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-12)

@@ -251,14 +251,24 @@ def test_dense_map_sums_over_chunks_equal_numpy(n):
 
 
 def test_dense_map_sums_default_chunks_and_one_chunk():
-    """The default chunk: about SUM_CHUNK_BYTES of rows and float64 (rows, columns) values,
-    at least SUM_CHUNK_MIN_ROWS rows; data of no more rows than a chunk are passed to fn
-    whole."""
+    """The default chunks: one pass while the float64 (n, columns) values fit in
+    SUM_WHOLE_BYTES or chunks would not hold less (wide rows); else about SUM_CHUNK_BYTES
+    of rows and values, at least SUM_CHUNK_MIN_ROWS rows, evened out (the last chunk shares
+    fewer rows than there are chunks). Data the rule leaves whole reach fn as they are."""
     from bayesvmf import _data
 
-    assert _data.sum_chunk_rows(256 * 4, 32) == 4096  # d = 256 float32, K = 32
-    assert _data.sum_chunk_rows(256 * 4, 10**6) == _data.SUM_CHUNK_MIN_ROWS
-    assert _data.sum_chunk_rows(0, 0) == _data.SUM_CHUNK_BYTES // 32
+    rows = _data.sum_chunk_rows  # (n, bytes of a row, columns)
+    assert rows(50_000, 256 * 4, 32) == 3847  # 13 chunks of about 4,096 rows
+    assert rows(30_000, 256 * 4, 32) is None  # 30.7 MB of values: under 32 MiB
+    assert rows(20_000, 5_000 * 4, 16) is None  # wide rows, few values
+    assert rows(200_000, 50_000 * 4, 16) is None  # a chunk of 256 rows holds 51 MB
+    assert rows(10**6, 256 * 4, 10**4) == _data.SUM_CHUNK_MIN_ROWS  # 3,907 chunks of 256
+    for n in (33_000, 50_000, 123_457, 500_000):
+        for columns in (32, 320):
+            size = rows(n, 1024, columns)
+            n_chunks = -(-n // size)
+            assert size >= _data.SUM_CHUNK_MIN_ROWS and 0 <= n_chunks * size - n < n_chunks
+            assert size * (1024 + 32 * columns) <= 2 * _data.SUM_CHUNK_BYTES
     seen = []
     X = check_directional(np.random.default_rng(0).normal(size=(64, 3)))
     with jax.enable_x64(True):
