@@ -105,8 +105,8 @@ class _PlainData:
         """Return ``fn(replicated, self)``: sums over the rows (plain data: one block).
 
         ``fn`` returns a pytree of sums over the rows it is given (statistics), computed
-        from per-row values of ``columns`` entries each (runs times components). Dense data
-        add the sums of row chunks instead (:meth:`DenseData.map_sums`).
+        from per-row values of ``columns`` entries each (runs times components). Large dense
+        data add the sums of row chunks instead (:meth:`DenseData.map_sums`).
         """
         return fn(replicated, self)
 
@@ -184,85 +184,14 @@ class DenseData(_PlainData):
         """Return the sums ``fn(replicated, rows)`` over chunks of rows, added in row order.
 
         An E-step holds a few float64 (rows, ``columns``) arrays at once (log-likelihoods,
-        responsibilities). Over all rows they grow with n: B-vMFmix's data step held 305 MB
-        of XLA temporary buffers per call at 500,000 x 256, K = 32, above glibc's largest
-        threshold for keeping freed memory for reuse (32 MiB), so every call faulted them
-        in afresh (78,000 page faults a call). Over chunks of rows (default
-        :func:`sum_chunk_rows`: a working set of about :data:`SUM_CHUNK_BYTES`, which also
-        stays in the caches) they are bounded whatever n (docs/design.md section 5 has the
-        measurements).
-
-        Each chunk is a :class:`bayesvmf._blocks.RowBlocks` view of ``chunk_rows`` rows, a
-        weight per row, which ``fn`` weighs as it weighs padding rows. The last chunk ends
-        at the last row and weighs 0 the rows it shares with the chunk before, so every
-        chunk has one shape (one loop body in the program). Where :func:`sum_chunk_rows`
-        finds no gain in chunks (or ``chunk_rows`` is at least n), ``fn(replicated,
-        self)``: one pass, the program of before.
+        responsibilities); over all rows they grow with n. Large dense data are taken in
+        chunks of rows (:func:`bayesvmf._blocks.sum_over_chunks`, which says when and
+        why); the others, or ``chunk_rows`` of at least n, in one pass:
+        ``fn(replicated, self)``.
         """
-        from bayesvmf._blocks import RowBlocks  # _blocks builds on this module
+        from bayesvmf._blocks import sum_over_chunks  # _blocks builds on this module
 
-        n = self.shape[0]
-        if chunk_rows is None:
-            row_bytes = self.X.shape[1] * self.X.dtype.itemsize
-            rows = sum_chunk_rows(n, row_bytes, columns)
-        else:
-            rows = int(chunk_rows)
-        if rows is None or n <= rows:
-            return fn(replicated, self)
-        n_chunks = -(-n // rows)
-
-        def chunk(b):
-            start = jnp.minimum(b * rows, n - rows)
-            X = jax.lax.dynamic_slice_in_dim(self.X, start, rows, axis=0)
-            weight = (start + jnp.arange(rows) >= b * rows).astype(jnp.float64)
-            return fn(replicated, RowBlocks(DenseData(X), weight, rows))
-
-        def add(total, b):
-            return jax.tree.map(jnp.add, total, chunk(b)), None
-
-        zeros = jax.tree.map(
-            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(chunk, jnp.int32(0))
-        )
-        total, _ = jax.lax.scan(add, zeros, jnp.arange(n_chunks, dtype=jnp.int32))
-        return total
-
-
-#: Bytes of the working set of one chunk of :meth:`DenseData.map_sums`: its rows (XLA
-#: copies them out of X) and four float64 values per column. Measured (the E-step
-#: statistics of SparseVMFMixture, 500,000 x 256 float32, K = 32, one run, 2 cores): 160
-#: ms a pass over all rows (200 MB of XLA temporaries, 48,800 page faults a call); over
-#: chunks of 1,024 / 2,048 / 4,096 / 6,000 / 16,384 rows 124 / 95 / 83 / 86 / 112 ms, no
-#: faults; at 50,000 rows 10.0 ms whole, 14.6 / 10.2 / 9.9 ms over chunks of 1,024 / 2,048
-#: / 4,096 (medians of 7 calls).
-SUM_CHUNK_BYTES = 8 << 20
-
-#: A pass whose float64 (n, columns) values take at most this many bytes runs whole in
-#: :meth:`DenseData.map_sums`: glibc's largest threshold for keeping freed memory, below
-#: which a call's temporaries are reused by the next (50,000 rows at K = 32 are above it).
-SUM_WHOLE_BYTES = 32 << 20
-
-#: Fewest rows of a chunk of :meth:`DenseData.map_sums`, for wide rows or many columns
-#: (at d = 256, K = 32 the chunk is 4,096 rows; 1,024 were slower above).
-SUM_CHUNK_MIN_ROWS = 256
-
-
-def sum_chunk_rows(n: int, row_bytes: int, columns: int) -> int | None:
-    """Rows of a chunk of :meth:`DenseData.map_sums` for ``n`` rows, or None: one pass.
-
-    A row costs ``row_bytes`` (its stored values) and four float64 values per column (the
-    log-likelihoods, responsibilities and what an E-step computes from them). One pass
-    where those values of all rows fit in :data:`SUM_WHOLE_BYTES`, or where a chunk would
-    hold no less than half of them (wide rows); otherwise chunks of about
-    :data:`SUM_CHUNK_BYTES` (at least :data:`SUM_CHUNK_MIN_ROWS` rows), evened out so
-    that the last one shares fewer rows than there are chunks.
-    """
-    whole = n * 32 * max(int(columns), 1)
-    per_row = int(row_bytes) + 32 * max(int(columns), 1)
-    target = max(SUM_CHUNK_MIN_ROWS, SUM_CHUNK_BYTES // per_row)
-    if whole <= SUM_WHOLE_BYTES or n <= target or 2 * target * per_row > whole:
-        return None
-    n_chunks = -(-n // target)
-    return -(-n // n_chunks)
+        return sum_over_chunks(self, fn, replicated, columns=columns, chunk_rows=chunk_rows)
 
 
 #: Kernels of the two sparse products (see :class:`SparseData`).

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from sklearn.metrics import adjusted_rand_score
 
 import bayesvmf
-from bayesvmf import _data, _mixture, special
+from bayesvmf import _blocks, _data, _mixture, special
 from bayesvmf.models import SparseVMFMixture
 from bayesvmf.models.bayesian import _bvmf_vi, _kappa
 from bayesvmf.models.bayesian import _empirical_bayes as _eb
@@ -719,15 +719,13 @@ def test_data_step_takes_many_columns_over_chunks_of_the_default_size(fits, samp
     """data_step as a fit calls it, on 6,001 rows and 64 runs of 3 components (192 columns:
     37 MB of float64 values over all rows, so five chunks of 1,201 by the default rule):
     the statistics of one pass over all rows."""
-    from bayesvmf import _data as data_layer
-
     X = np.vstack([np.tile(sample.X, (25, 1)), sample.X[:1]])
-    assert data_layer.sum_chunk_rows(6_001, 20 * 8, 64 * 3) == 1_201
+    assert _blocks.sum_chunk_rows(6_001, 20 * 8, 64 * 3) == 1_201
     post = jax.tree_util.tree_map(
         lambda a: jnp.repeat(a[None], 64, axis=0), _posterior_from(fits["bounding"])
     )
     with jax.enable_x64(True):
-        data = data_layer.to_device(X)
+        data = _data.to_device(X)
         a_gamma = special.mean_resultant_length(20, post.gamma)
         chunked = _bvmf_vi.data_step(data, post, a_gamma)
         whole = jax.jit(_bvmf_vi._data_step_body)((post, a_gamma), data)

@@ -203,7 +203,7 @@ def test_plain_dense_data_float64_without_x64_keeps_jax_cast_and_warning():
     np.testing.assert_array_equal(np.asarray(data.X), X.astype(np.float32))
 
 
-# ---- DenseData.map_sums: E-step statistics over chunks of rows ------------------------------
+# ---- DenseData.map_sums (sum_over_chunks): E-step statistics over chunks of rows ----------
 
 
 def _statistics_reference(X, log_weights, mu, kappa, log_c):
@@ -257,18 +257,18 @@ def test_dense_map_sums_default_chunks_and_one_chunk():
     fewer rows than there are chunks). Data the rule leaves whole reach fn as they are."""
     from bayesvmf import _data
 
-    rows = _data.sum_chunk_rows  # (n, bytes of a row, columns)
+    rows = _blocks.sum_chunk_rows  # (n, bytes of a row, columns)
     assert rows(50_000, 256 * 4, 32) == 3847  # 13 chunks of about 4,096 rows
     assert rows(30_000, 256 * 4, 32) is None  # 30.7 MB of values: under 32 MiB
     assert rows(20_000, 5_000 * 4, 16) is None  # wide rows, few values
     assert rows(200_000, 50_000 * 4, 16) is None  # a chunk of 256 rows holds 51 MB
-    assert rows(10**6, 256 * 4, 10**4) == _data.SUM_CHUNK_MIN_ROWS  # 3,907 chunks of 256
+    assert rows(10**6, 256 * 4, 10**4) == _blocks.SUM_CHUNK_MIN_ROWS  # 3,907 chunks of 256
     for n in (33_000, 50_000, 123_457, 500_000):
         for columns in (32, 320):
             size = rows(n, 1024, columns)
             n_chunks = -(-n // size)
-            assert size >= _data.SUM_CHUNK_MIN_ROWS and 0 <= n_chunks * size - n < n_chunks
-            assert size * (1024 + 32 * columns) <= 2 * _data.SUM_CHUNK_BYTES
+            assert size >= _blocks.SUM_CHUNK_MIN_ROWS and 0 <= n_chunks * size - n < n_chunks
+            assert size * (1024 + 32 * columns) <= 2 * _blocks.SUM_CHUNK_BYTES
     seen = []
     X = check_directional(np.random.default_rng(0).normal(size=(64, 3)))
     with jax.enable_x64(True):

@@ -423,8 +423,8 @@ def data_step(data, post: Posterior, a_gamma) -> Statistics:
     """q(z) of every run at ``post`` and its statistics: one pass over the rows (vmapped).
 
     On row blocks over devices every device computes its rows' statistics, added with
-    ``psum`` (:func:`_statistics`); dense data add those of chunks of rows, so that the
-    (n, K) arrays of q(z) are never held whole (``data.map_sums``).
+    ``psum`` (:func:`_statistics`); large dense data add those of chunks of rows, so that
+    the (n, K) arrays of q(z) are not held whole (``data.map_sums``).
     """
     _mixture.count_trace("bayesian.data_step")
     return data.map_sums(_data_step_body, (post, a_gamma), columns=post.rho.size)

@@ -274,8 +274,8 @@ def data_pass(log_weights, mu, kappa, log_c, data):
     program: it is the only one of the iteration compiled per number of rows (a new row
     count, as cross-validation folds and scikit-learn's checks make, compiles 0.08 s of
     products instead of a 0.47 s whole step: measured, 50 x 5, K = 3). Row blocks on a mesh
-    of devices: every device's rows, the sums added over devices (``psum``); dense data:
-    the sums of chunks of rows, so that the (n, K) arrays are never held whole
+    of devices: every device's rows, the sums added over devices (``psum``); large dense
+    data: the sums of chunks of rows, so that the (n, K) arrays are not held whole
     (``data.map_sums``).
 
     Returns
