@@ -402,7 +402,7 @@ def sum_over_chunks(data: DenseData, fn, replicated, *, columns: int, chunk_rows
 
     :meth:`bayesvmf._data.DenseData.map_sums`. An E-step holds a few float64 (rows,
     ``columns``) arrays at once (log-likelihoods, responsibilities). Over all rows they grow
-    with n: B-vMFmix's data step held 305 MB of XLA temporary buffers per call at 500,000 x
+    with n: B-vMFmix's data step held 305 MiB of XLA temporary buffers per call at 500,000 x
     256, K = 32, above glibc's largest threshold for keeping freed memory for reuse (32
     MiB), so every call faulted them in afresh (78,000 page faults a call). Over chunks of
     rows (default :func:`sum_chunk_rows`: a working set of about :data:`SUM_CHUNK_BYTES`,
@@ -422,6 +422,8 @@ def sum_over_chunks(data: DenseData, fn, replicated, *, columns: int, chunk_rows
         rows = sum_chunk_rows(n, row_bytes, columns)
     else:
         rows = int(chunk_rows)
+        if rows < 1:
+            raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows!r}")
     if rows is None or n <= rows:
         return fn(replicated, data)
     n_chunks = -(-n // rows)
@@ -441,7 +443,8 @@ def sum_over_chunks(data: DenseData, fn, replicated, *, columns: int, chunk_rows
 
 
 #: Bytes of the working set of one chunk of :func:`sum_over_chunks`: its rows (XLA
-#: copies them out of X) and four float64 values per column. Measured (the E-step
+#: copies them out of X) and four float64 values per entry (32 bytes x rows x columns).
+#: Measured (the E-step
 #: statistics of SparseVMFMixture, 500,000 x 256 float32, K = 32, one run, 2 cores): 160
 #: ms a pass over all rows (200 MB of XLA temporaries, 48,800 page faults a call); over
 #: chunks of 1,024 / 2,048 / 4,096 / 6,000 / 16,384 rows 124 / 95 / 83 / 86 / 112 ms, no
@@ -449,13 +452,15 @@ def sum_over_chunks(data: DenseData, fn, replicated, *, columns: int, chunk_rows
 #: / 4,096 (medians of 7 calls).
 SUM_CHUNK_BYTES = 8 << 20
 
-#: A pass whose float64 (n, columns) values take at most this many bytes runs whole in
-#: :func:`sum_over_chunks`: glibc's largest threshold for keeping freed memory, below
-#: which a call's temporaries are reused by the next (50,000 rows at K = 32 are above it).
+#: A pass whose values, counted as the chunks' are (32 bytes x n x columns), take at most
+#: this many bytes runs whole in :func:`sum_over_chunks`: glibc's largest threshold for
+#: keeping freed memory, below which a thread's arena can keep a call's temporaries for
+#: the next call it runs (50,000 rows at K = 32 count 48.8 MiB: chunked).
 SUM_WHOLE_BYTES = 32 << 20
 
-#: Fewest rows of a chunk of :func:`sum_over_chunks`, for wide rows or many columns
-#: (at d = 256, K = 32 the chunk is 4,096 rows; 1,024 were slower above).
+#: Fewest rows of a chunk of :func:`sum_over_chunks`: a floor for very many columns, where
+#: chunks of SUM_CHUNK_BYTES would have a few rows each (at d = 256, K = 32 the rule gives
+#: up to 4,096 rows, 3,847 at n = 50,000; 1,024 were slower than 4,096 above).
 SUM_CHUNK_MIN_ROWS = 256
 
 
@@ -465,7 +470,7 @@ def sum_chunk_rows(n: int, row_bytes: int, columns: int) -> int | None:
     A row costs ``row_bytes`` (its stored values) and four float64 values per column (the
     log-likelihoods, responsibilities and what an E-step computes from them). One pass
     where those values of all rows fit in :data:`SUM_WHOLE_BYTES`, or where a chunk would
-    hold no less than half of them (wide rows); otherwise chunks of about
+    hold more than half of them (wide rows); otherwise chunks of about
     :data:`SUM_CHUNK_BYTES` (at least :data:`SUM_CHUNK_MIN_ROWS` rows), evened out so
     that the last one shares fewer rows than there are chunks.
     """

@@ -251,10 +251,11 @@ def test_dense_map_sums_over_chunks_equal_numpy(n):
 
 
 def test_dense_map_sums_default_chunks_and_one_chunk():
-    """The default chunks: one pass while the float64 (n, columns) values fit in
-    SUM_WHOLE_BYTES or chunks would not hold less (wide rows); else about SUM_CHUNK_BYTES
-    of rows and values, at least SUM_CHUNK_MIN_ROWS rows, evened out (the last chunk shares
-    fewer rows than there are chunks). Data the rule leaves whole reach fn as they are."""
+    """The default chunks: one pass while the values (32 bytes x n x columns) fit in
+    SUM_WHOLE_BYTES or a chunk would hold more than half of them (wide rows); else about
+    SUM_CHUNK_BYTES of rows and values, at least SUM_CHUNK_MIN_ROWS rows, evened out (the
+    last chunk shares fewer rows than there are chunks). Data the rule leaves whole reach
+    fn as they are; a chunk of no rows is refused."""
     from bayesvmf import _data
 
     rows = _blocks.sum_chunk_rows  # (n, bytes of a row, columns)
@@ -278,3 +279,8 @@ def test_dense_map_sums_default_chunks_and_one_chunk():
         )
     assert seen == [data]
     np.testing.assert_allclose(float(out), X.sum(), rtol=1e-13)
+    for bad in (0, -3):
+        with pytest.raises(
+            ValueError, match=f"chunk_rows must be a positive number of rows, got {bad}"
+        ):
+            data.map_sums(lambda r, d: d.X.sum(), None, columns=1, chunk_rows=bad)

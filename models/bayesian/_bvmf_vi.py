@@ -420,7 +420,7 @@ def update_step(
 
 @persistent_jit(compiler_options=_mixture.JIT_OPTIONS)
 def data_step(data, post: Posterior, a_gamma) -> Statistics:
-    """q(z) of every run at ``post`` and its statistics: one pass over the rows (vmapped).
+    """q(z) of every run at ``post`` and its statistics over the rows (vmapped).
 
     On row blocks over devices every device computes its rows' statistics, added with
     ``psum`` (:func:`_statistics`); large dense data add those of chunks of rows, so that

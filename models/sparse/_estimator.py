@@ -188,8 +188,9 @@ class SparseVMFMixture(StreamingMixin, _mixture.BaseVMFMixture):
     host callback (JAX copies callback operands). glibc keeps such freed blocks per thread
     for reuse, so the resident set grows above the live memory over the first iterations;
     ``MALLOC_MMAP_THRESHOLD_=262144`` in the environment returns them at once, at some
-    cost in speed. Dense input on one device: once those O(n K) arrays pass 32 MiB, the EM
-    iterations take them over chunks of rows of about 8 MiB of work each
+    cost in speed. Dense input on one device: once those O(n K) arrays pass 32 MiB
+    (counted as four float64 values per row, component and restart), the EM iterations
+    take them over chunks of rows of about 8 MiB of work each
     (``bayesvmf._data.DenseData.map_sums``); the seeding and the predictions still hold
     them over all rows.
 
