@@ -444,12 +444,11 @@ def sum_over_chunks(data: DenseData, fn, replicated, *, columns: int, chunk_rows
 
 #: Bytes of the working set of one chunk of :func:`sum_over_chunks`: its rows (XLA
 #: copies them out of X) and four float64 values per entry (32 bytes x rows x columns).
-#: Measured (the E-step
-#: statistics of SparseVMFMixture, 500,000 x 256 float32, K = 32, one run, 2 cores): 160
-#: ms a pass over all rows (200 MB of XLA temporaries, 48,800 page faults a call); over
-#: chunks of 1,024 / 2,048 / 4,096 / 6,000 / 16,384 rows 124 / 95 / 83 / 86 / 112 ms, no
-#: faults; at 50,000 rows 10.0 ms whole, 14.6 / 10.2 / 9.9 ms over chunks of 1,024 / 2,048
-#: / 4,096 (medians of 7 calls).
+#: Measured (the E-step statistics of SparseVMFMixture, 500,000 x 256 float32, K = 32, one
+#: run, 2 cores): 160 ms a pass over all rows (200 MB of XLA temporaries, 48,800 page
+#: faults a call); over chunks of 1,024 / 2,048 / 4,096 / 6,000 / 16,384 rows 124 / 95 /
+#: 83 / 86 / 112 ms, no faults; at 50,000 rows 10.0 ms whole, 14.6 / 10.2 / 9.9 ms over
+#: chunks of 1,024 / 2,048 / 4,096 (medians of 7 calls).
 SUM_CHUNK_BYTES = 8 << 20
 
 #: A pass whose values, counted as the chunks' are (32 bytes x n x columns), take at most
@@ -474,8 +473,8 @@ def sum_chunk_rows(n: int, row_bytes: int, columns: int) -> int | None:
     :data:`SUM_CHUNK_BYTES` (at least :data:`SUM_CHUNK_MIN_ROWS` rows), evened out so
     that the last one shares fewer rows than there are chunks.
     """
-    whole = n * 32 * max(int(columns), 1)
-    per_row = int(row_bytes) + 32 * max(int(columns), 1)
+    values = 32 * max(int(columns), 1)  # bytes of a row's four float64 values per column
+    whole, per_row = n * values, int(row_bytes) + values
     target = max(SUM_CHUNK_MIN_ROWS, SUM_CHUNK_BYTES // per_row)
     if whole <= SUM_WHOLE_BYTES or n <= target or 2 * target * per_row > whole:
         return None
